@@ -1,0 +1,51 @@
+# advtransfer — every target sets up the virtual environment first (nothing else to install).
+#   make grid ATTACK=mifgsm [GRID=cifar10|grids/x.yaml]   train the zoo if needed, run the grid, plot
+#   make test                                             the whole test suite (what CI runs)
+#   make zoo [SIZE=cpu]   make plot RUN=results/cifar10   make bench
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ATTACK ?= mifgsm
+GRID   ?= cifar10
+RUN    ?= results/$(GRID)
+SIZE   ?= cpu
+
+# The offline CIFAR-10 copy beside the checkout, when present (users with internet may omit it:
+# the harness then downloads CIFAR-10 with torchvision into its cache).
+ifneq ($(wildcard ../shared/data/cifar10/test.npz),)
+export ADVTRANSFER_DATA ?= $(abspath ../shared/data/cifar10)
+endif
+
+STAMP := $(VENV)/.installed
+
+.PHONY: install grid test zoo plot bench clean-results
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@# torchattacks pins requests~=2.25.1 but imports neither requests nor torchvision: install it
+	@# without its dependencies (it needs scipy) so the core install keeps current requests.
+	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
+	$(BIN)/python -m pip install -q scipy
+	@touch $@
+
+grid: $(STAMP)
+	$(BIN)/advtransfer grid $(GRID) --attack $(ATTACK)
+
+zoo: $(STAMP)
+	$(BIN)/advtransfer zoo train --size $(SIZE)
+
+plot: $(STAMP)
+	$(BIN)/advtransfer plot $(RUN)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_attack.py
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
+
+clean-results:
+	rm -rf results/*/

@@ -1,0 +1,9 @@
+"""Attack registry. ``create_attack(name, **params)``; ``ATTACKS.names()`` lists them.
+
+Every attack takes pixels in [0,1] (N×C×H×W), ε in that space (e.g. 8/255), and a
+:class:`SurrogateSet` (one model or several) that counts gradient evaluations per image.
+"""
+from .base import ATTACKS, Attack, SurrogateSet, create_attack, register_attack
+from . import fgsm, ifgsm, pgd, mifgsm, nifgsm, difgsm, tifgsm, vmifgsm  # noqa: F401  (registration)
+
+__all__ = ["ATTACKS", "Attack", "SurrogateSet", "create_attack", "register_attack"]

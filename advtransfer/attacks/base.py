@@ -1,0 +1,236 @@
+"""Attack base classes: threat model, surrogate set that counts gradient evaluations, registry.
+
+Conventions: images x are float tensors N×C×H×W with pixels in [0,1]; ε is in that space (like
+8/255); the attacker *ascends* its objective (untargeted: cross-entropy of the true label;
+targeted: minus cross-entropy of the target label); every norm is per sample.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import UserError
+from ..registry import Registry
+from ..utils import parse_fraction
+
+ENSEMBLE_MODES = ("logit", "loss", "prob")
+
+
+class SurrogateSet:
+    """One or several surrogate models attacked together; counts gradient evaluations.
+
+    ``grad_evals`` counts, per image, the forward+backward passes through single surrogate
+    models: a gradient of an n-model ensemble loss costs n. Members may be plain modules or
+    collections (objects with ``members`` and ``draw(step)``, see :mod:`advtransfer.attacks.collections`).
+
+    ``ensemble``: ``logit`` (cross-entropy of the weighted mean logits, the default), ``loss``
+    (weighted mean of per-model cross-entropies) or ``prob`` (negative log of the weighted mean
+    softmax probability).
+    """
+
+    def __init__(self, models: nn.Module | Sequence[nn.Module], names: Sequence[str] | None = None,
+                 weights: Sequence[float] | None = None, ensemble: str = "logit") -> None:
+        self.models = [models] if isinstance(models, nn.Module) else list(models)
+        if not self.models:
+            raise UserError("a surrogate set needs at least one model")
+        self.names = list(names) if names is not None else [f"m{i}" for i in range(len(self.models))]
+        w = torch.ones(len(self.models)) if weights is None else torch.tensor(list(weights), dtype=torch.float32)
+        if len(w) != len(self.models) or (w < 0).any() or w.sum() <= 0:
+            raise UserError("ensemble weights must be non-negative, one per model, not all zero")
+        self.weights = w / w.sum()
+        if ensemble not in ENSEMBLE_MODES:
+            raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
+        self.ensemble = ensemble
+        self.grad_evals = 0
+        self.step = 0
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def reset(self) -> None:
+        """Start a new attack: zero the gradient-evaluation count and the step counter."""
+        self.grad_evals = 0
+        self.step = 0
+        for m in self.models:
+            if hasattr(m, "reset"):
+                m.reset()
+
+    def advance(self) -> None:
+        """Mark the start of a new attack iteration (collections draw their next member)."""
+        self.step += 1
+        for m in self.models:
+            if hasattr(m, "advance"):
+                m.advance()
+
+    def model(self, i: int) -> nn.Module:
+        """The module to use for member ``i`` at the current step."""
+        return self.models[i]
+
+    def evals_per_call(self, i: int) -> int:
+        """Gradient evaluations one call through member ``i`` costs (a collection averaging K draws costs K)."""
+        return int(getattr(self.models[i], "evals_per_call", 1))
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Labels predicted by the ensemble's weighted mean logits (no gradient counted)."""
+        out = sum(w * _forward(m, x, member_mean=True) for w, m in zip(self.weights, self.models))
+        return out.argmax(1)
+
+    def logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        return _forward(self.models[i], x)
+
+    def objective(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
+                  idx: Sequence[int] | None = None, weights: torch.Tensor | None = None,
+                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """Per-sample attacker objective (N,) over members ``idx`` (all by default), to ascend.
+
+        ``transform`` (e.g. input diversity) is applied to x before the forward pass.
+        """
+        idx = list(range(len(self.models))) if idx is None else list(idx)
+        if transform is not None:
+            x = transform(x)
+        w = (self.weights if weights is None else weights)[idx]
+        w = w / w.sum()
+        outs = [self.logits(x, i) for i in idx]
+        if self.ensemble == "logit":
+            ce = F.cross_entropy(sum(wi * o for wi, o in zip(w, outs)), y, reduction="none")
+        elif self.ensemble == "loss":
+            ce = sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, outs))
+        else:
+            p = sum(wi * F.softmax(o, 1) for wi, o in zip(w, outs))
+            ce = F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
+        return -ce if targeted else ce
+
+    def grad(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
+             idx: Sequence[int] | None = None, weights: torch.Tensor | None = None,
+             transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """Input gradient of the summed per-sample objective at ``x`` (same shape as x).
+
+        Summing (not averaging) keeps each sample's gradient independent of the batch size.
+        Adds one gradient evaluation per member used (K for a member averaging K draws).
+        """
+        idx = list(range(len(self.models))) if idx is None else list(idx)
+        xg = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            loss = self.objective(xg, y, targeted, idx, weights, transform).sum()
+            (g,) = torch.autograd.grad(loss, xg)
+        self.grad_evals += sum(self.evals_per_call(i) for i in idx)
+        return g.detach()
+
+
+def _forward(m: nn.Module, x: torch.Tensor, member_mean: bool = False) -> torch.Tensor:
+    if member_mean and hasattr(m, "mean_logits"):
+        return m.mean_logits(x)
+    return m(x)
+
+
+class Attack:
+    """Base class. Subclasses implement :meth:`perturb` and :meth:`grad_evals_formula`.
+
+    Parameters common to all attacks: ``eps`` (ε in pixel space, e.g. 8/255), ``norm``
+    (``linf``/``l2``), ``steps``, ``alpha`` (step size; default per attack), ``targeted``,
+    ``seed`` (for attacks with randomness: drawn per image from (seed, dataset index), so results
+    do not depend on batch composition), ``ensemble`` (how a surrogate set is combined).
+    """
+
+    name = "attack"
+    norms: tuple[str, ...] = ("linf", "l2")
+    default_steps = 10
+    randomized = False
+    universal = False
+
+    def __init__(self, eps: float | str = 8 / 255, norm: str = "linf", steps: int | None = None,
+                 alpha: float | str | None = None, targeted: bool = False, seed: int = 0,
+                 ensemble: str = "logit", **kwargs: Any) -> None:
+        self.eps = parse_fraction(eps, "eps")
+        if not 0 < self.eps <= 1 and norm == "linf":
+            raise UserError(f"eps {eps} is outside (0, 1]; give it in pixel space like 8/255")
+        if not self.eps > 0:
+            raise UserError(f"eps {eps} must be positive")
+        if norm not in self.norms:
+            raise UserError(f"attack {self.name!r} supports norms {', '.join(self.norms)}, not {norm!r}")
+        self.norm = norm
+        self.steps = int(self.default_steps if steps is None else steps)
+        if self.steps < 1:
+            raise UserError(f"steps must be at least 1, got {steps}")
+        self.alpha = parse_fraction(alpha, "alpha") if alpha is not None else self.default_alpha()
+        self.targeted = bool(targeted)
+        self.seed = int(seed)
+        if ensemble not in ENSEMBLE_MODES:
+            raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
+        self.ensemble = ensemble
+        self.extra = self.init_extra(**kwargs)
+
+    # --- hooks for subclasses -------------------------------------------------------------
+    def default_alpha(self) -> float:
+        return self.eps / self.steps
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        """Consume attack-specific keyword arguments; unknown ones are an error."""
+        if kwargs:
+            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}")
+        return {}
+
+    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def grad_evals_formula(self, n_models: int) -> int:
+        """Gradient evaluations per image this attack spends on ``n_models`` plain models."""
+        return self.steps * n_models
+
+    # --- public API -------------------------------------------------------------------------
+    def params(self) -> dict[str, Any]:
+        """Resolved parameters (JSON-able), as recorded in the results table."""
+        return {"eps": self.eps, "norm": self.norm, "steps": self.steps, "alpha": self.alpha,
+                "targeted": self.targeted, "seed": self.seed, "ensemble": self.ensemble, **self.extra}
+
+    def __call__(self, surrogate: SurrogateSet | nn.Module | Sequence[nn.Module], x: torch.Tensor,
+                 y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """Craft adversarial examples.
+
+        x: N×C×H×W in [0,1]; y: labels N (the *target* labels when ``targeted``); index: dataset
+        indices N (seeds the per-image randomness; defaults to 0..N-1). Returns x_adv, same shape,
+        with ‖x_adv − x‖ ≤ ε per sample and x_adv in [0,1]. ``surrogate.grad_evals`` afterwards
+        holds the gradient evaluations spent per image.
+        """
+        S = surrogate if isinstance(surrogate, SurrogateSet) else SurrogateSet(surrogate)
+        S.ensemble = self.ensemble
+        S.reset()
+        if index is None:
+            index = torch.arange(len(x))
+        x = x.detach()
+        x_adv = self.perturb(S, x, y, index)
+        from .ops import project
+
+        return project(x_adv.detach(), x, self.eps, self.norm)
+
+    def rngs(self, index: torch.Tensor, stream: str = "") -> list[torch.Generator]:
+        """One generator per image, seeded from (attack seed, dataset index, stream)."""
+        gens = []
+        for i in index.tolist():
+            h = hashlib.blake2b(f"{self.seed}:{i}:{stream}".encode(), digest_size=8).digest()
+            gens.append(torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 63) - 1)))
+        return gens
+
+
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+
+def register_attack(name: str, **tags: Any):
+    """Class decorator: register an :class:`Attack` subclass under ``name``."""
+
+    def deco(cls: type[Attack]) -> type[Attack]:
+        cls.name = name
+        ATTACKS.add(name, cls, **tags)
+        return cls
+
+    return deco
+
+
+def create_attack(name: str, **params: Any) -> Attack:
+    """Instantiate a registered attack: ``create_attack('mifgsm', eps='8/255', steps=10)``."""
+    return ATTACKS.get(name)(**params)

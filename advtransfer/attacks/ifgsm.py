@@ -1,0 +1,8 @@
+"""I-FGSM / BIM (Kurakin et al. 2017): T projected steps of size α (default ε/T)."""
+from .base import register_attack
+from .iterative import IterativeAttack
+
+
+@register_attack("ifgsm", family="gradient", aliases="bim")
+class IFGSM(IterativeAttack):
+    """Iterative FGSM without momentum; α = ε/T by default."""

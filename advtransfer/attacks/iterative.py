@@ -1,0 +1,65 @@
+"""The iterative sign-gradient family (I-FGSM, MI, NI, DI, TI, VMI) shares one loop."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..errors import UserError
+from .base import Attack, SurrogateSet
+from .ops import ascent_direction, normalize, project, random_in_ball
+
+
+class IterativeAttack(Attack):
+    """x_{t+1} = Π(x_t + α·dir(d_t)), where d_t is the (transformed) gradient, or with momentum μ
+    the accumulated g ← μ·g + ∇/‖∇‖₁ (per sample). dir is sign for L∞ and ∇/‖∇‖₂ for L2.
+
+    Subclasses override :meth:`gradient` (where and how the gradient is taken) and set the
+    class defaults ``default_momentum``, ``nesterov``, ``random_start``.
+    """
+
+    default_momentum = 0.0
+    nesterov = False
+    random_start = False
+    extra_defaults: dict[str, Any] = {}
+
+    def init_extra(self, momentum: float | None = None, **kwargs: Any) -> dict[str, Any]:
+        mu = self.default_momentum if momentum is None else float(momentum)
+        if mu < 0:
+            raise UserError(f"momentum must be non-negative, got {mu}")
+        extra = {"momentum": mu}
+        for k, v in self.extra_defaults.items():
+            extra[k] = kwargs.pop(k, v)
+        if kwargs:
+            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; "
+                            f"it takes {sorted(['momentum', *self.extra_defaults])} besides eps, norm, steps, alpha")
+        return extra
+
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
+        """Per-call preparation (random generators for transforms)."""
+
+    def input_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return None
+
+    def gradient(self, S: SurrogateSet, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return S.grad(x_adv, y, self.targeted, transform=self.input_transform())
+
+    def transform_gradient(self, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        self.setup(x, index)
+        mu = self.extra["momentum"]
+        x_adv = random_in_ball(x, self.eps, self.norm, self.rngs(index, "start")) if self.random_start else x.clone()
+        g_acc = torch.zeros_like(x)
+        for _ in range(self.steps):
+            S.advance()
+            point = x_adv + self.alpha * mu * g_acc if self.nesterov else x_adv
+            g = self.transform_gradient(self.gradient(S, point, y))
+            if mu > 0 or self.nesterov:
+                g_acc = mu * g_acc + normalize(g, 1)
+                d = g_acc
+            else:
+                d = g
+            x_adv = project(x_adv + self.alpha * ascent_direction(d, self.norm), x, self.eps, self.norm)
+        return x_adv

@@ -1,0 +1,201 @@
+"""Command-line interface: ``advtransfer grid|zoo|plot|attacks``.
+
+Bad input (unknown names, malformed files, missing data) prints one line starting with
+``advtransfer: error:`` and exits with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from .errors import UserError
+
+EPILOG = """\
+examples:
+  advtransfer grid cifar10 --attack mifgsm      run the default CIFAR-10 grid for MI-FGSM
+  advtransfer grid grids/ci.yaml --out /tmp/run  a grid file, results in /tmp/run
+  advtransfer zoo train --size ci                train every zoo model at CI size
+  advtransfer zoo list                           models, whether trained, clean accuracy
+  advtransfer plot results/cifar10               transfer-matrix heatmaps of a run
+  advtransfer attacks                            the attack registry
+
+environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
+default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
+"""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="folder with CIFAR-10 train.npz/test.npz (default: $ADVTRANSFER_DATA, else torchvision download)")
+    p.add_argument("--cache-dir", help="cache for trained models (default: $ADVTRANSFER_CACHE or ~/.cache/advtransfer)")
+    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="advtransfer", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Adversarial-transferability benchmark harness: craft attacks on surrogate models "
+                    "and measure their success on a grid of victims.")
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"advtransfer {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    g = sub.add_parser("grid", help="run a grid: train missing models, craft each cell once, evaluate all victims, "
+                                    "write results.parquet/csv and the heatmaps",
+                       description="Run a grid file. Finished cells are skipped; new victims are evaluated on "
+                                   "cached adversarial examples without re-crafting.")
+    g.add_argument("grid", nargs="?", default="cifar10", help="grid name under grids/ or a YAML path (default: cifar10)")
+    g.add_argument("--attack", help="run only this attack (comma-separated; any registry attack)")
+    g.add_argument("--out", help="run folder (default: results/<grid name>/)")
+    g.add_argument("--size", help="override the grid's zoo size (ci, cpu, full)")
+    g.add_argument("-n", type=int, help="override the number of images")
+    g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
+    _common(g)
+
+    z = sub.add_parser("zoo", help="train or list the model zoo (surrogates/*.yaml, victims/*.yaml)")
+    zs = z.add_subparsers(dest="zoo_cmd", metavar="ZOO_COMMAND")
+    zt = zs.add_parser("train", help="train the named models (default: all) that are missing or stale")
+    zt.add_argument("names", nargs="*", help="model names (default: every zoo entry)")
+    zt.add_argument("--size", help="ci, cpu (default) or full")
+    _common(zt)
+    zl = zs.add_parser("list", help="list zoo entries with architecture, family and training state")
+    zl.add_argument("--size", help="ci, cpu (default) or full")
+    zl.add_argument("--cache-dir")
+
+    p = sub.add_parser("plot", help="draw transfer-matrix heatmaps of a run folder into RUN_DIR/figures/")
+    p.add_argument("run_dir")
+
+    sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    return ap
+
+
+def _setup_env(args: argparse.Namespace) -> str:
+    from .config import default_device
+
+    os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
+    if getattr(args, "data_dir", None):
+        from .data import resolve_data_dir
+
+        resolve_data_dir(args.data_dir)
+    return getattr(args, "device", None) or default_device()
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    import torch
+
+    from .grid import load_grid
+    from .plots import plot_run
+    from .runner import run_grid
+
+    device = _setup_env(args)
+    spec = load_grid(args.grid, args.attack)
+    if args.size:
+        from .config import SIZES
+
+        if args.size not in SIZES:
+            raise UserError(f"--size {args.size!r} is not a zoo size; use one of {', '.join(SIZES)}")
+        spec.size = args.size
+    if args.n is not None:
+        if args.n <= 0:
+            raise UserError(f"-n must be positive, got {args.n}")
+        spec.n = args.n
+    # fail fast on data problems, before any training
+    from .data import load_dataset
+
+    load_dataset(spec.dataset, spec.split, args.data_dir)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress)
+    print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
+    print(f"adversarial examples: {run_dir / 'adv'}/")
+    if not args.no_plot:
+        figs = plot_run(run_dir)
+        print(f"figures: {len(figs)} files in {run_dir / 'figures'}/")
+    _print_summary(run_dir)
+    return 0
+
+
+def _print_summary(run_dir) -> None:
+    from .store import RunStore
+
+    df = RunStore(run_dir).read_results()
+    for (label, eps), sub in df.groupby(["attack_label", "eps_str"], sort=False):
+        m = (sub.pivot_table(index="surrogate", columns="victim", values="asr", aggfunc="mean") * 100).round(1)
+        print(f"\nASR % · {label} · eps {eps}")
+        print(m.to_string())
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from .config import default_size
+    from .models import zoo
+
+    if args.zoo_cmd == "train":
+        device = _setup_env(args)
+        size = args.size or default_size()
+        names = args.names or list(zoo.load_specs())
+        cards = zoo.ensure_trained(names, size, args.cache_dir, args.data_dir, device, not args.no_progress)
+        for c in cards:
+            print(f"{c['name']:16s} {c['arch']:10s} {c['family']:9s} acc {c['clean_acc']:.3f}  {c['train_s']:.0f} s")
+        return 0
+    if args.zoo_cmd == "list":
+        size = args.size or default_size()
+        for name, spec in zoo.load_specs().items():
+            card = zoo.read_card(name, size, args.cache_dir)
+            state = "missing"
+            if card is not None:
+                state = (f"acc {card['clean_acc']:.3f}" if card.get("recipe_hash") == spec.recipe_hash(size)
+                         else "stale (recipe changed)")
+            print(f"{name:16s} {spec.arch:10s} {spec.family:9s} {spec.kind:8s} {size}: {state}")
+        return 0
+    raise UserError("zoo needs a subcommand: train or list (see advtransfer zoo --help)")
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .plots import plot_run
+
+    if not Path(args.run_dir).is_dir():
+        raise UserError(f"run folder {args.run_dir!r} does not exist")
+    figs = plot_run(args.run_dir)
+    print(f"{len(figs)} figures written to {Path(args.run_dir) / 'figures'}/")
+    return 0
+
+
+def cmd_attacks(args: argparse.Namespace) -> int:
+    import inspect
+
+    from .attacks import ATTACKS
+
+    for name in ATTACKS.names():
+        cls = ATTACKS.get(name)
+        doc = inspect.getdoc(cls) or ""
+        extra = getattr(cls, "extra_defaults", {})
+        params = ", ".join(f"{k}={v}" for k, v in extra.items())
+        first = (inspect.getdoc(sys.modules[cls.__module__]) or doc).splitlines()[0]
+        print(f"{name:14s} {first}")
+        if params:
+            print(f"{'':14s} parameters: {params}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        return 2
+    try:
+        return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks}[args.cmd](args)
+    except UserError as exc:
+        print(f"advtransfer: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("advtransfer: interrupted; finished cells are saved, rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

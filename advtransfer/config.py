@@ -1,0 +1,33 @@
+"""Process-wide settings taken from the environment (cache folder, data folder, zoo size)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SIZES = ("ci", "cpu", "full")
+
+
+def cache_dir(override: str | os.PathLike | None = None) -> Path:
+    """Folder for trained models and downloads: `override`, else $ADVTRANSFER_CACHE, else ~/.cache/advtransfer."""
+    if override:
+        return Path(override).expanduser()
+    env = os.environ.get("ADVTRANSFER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "advtransfer"
+
+
+def default_size() -> str:
+    """Zoo size used when none is given: $ADVTRANSFER_SIZE, else `cpu`."""
+    size = os.environ.get("ADVTRANSFER_SIZE", "cpu")
+    if size not in SIZES:
+        from .errors import UserError
+
+        raise UserError(f"ADVTRANSFER_SIZE={size!r} is not a zoo size; use one of {', '.join(SIZES)}")
+    return size
+
+
+def default_device() -> str:
+    import torch
+
+    return os.environ.get("ADVTRANSFER_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")

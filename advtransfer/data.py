@@ -1,0 +1,138 @@
+"""Datasets as float tensors in [0, 1], NCHW, with labels and dataset indices.
+
+CIFAR-10 sources, in order:
+1. a folder given explicitly (``--data-dir``) or by ``$ADVTRANSFER_DATA`` holding ``train.npz`` and
+   ``test.npz`` (arrays ``x`` uint8 N×32×32×3, ``y`` int64, optional ``classes``);
+2. torchvision's download into the cache folder (needs internet), converted once to that format;
+3. otherwise a one-line :class:`UserError` naming both ways out.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import cache_dir
+from .errors import UserError
+
+CIFAR10_CLASSES = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of a dataset kept as uint8 NHWC (compact); use :meth:`tensors` for floats."""
+
+    name: str
+    split: str
+    x: np.ndarray  # uint8, N×H×W×C
+    y: np.ndarray  # int64, N
+    classes: tuple[str, ...]
+    lossless: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def tensors(self, index: np.ndarray | torch.Tensor | slice | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(x, y, index)``: x float32 N×C×H×W in [0,1], y int64 N, index int64 N."""
+        if index is None:
+            idx = np.arange(len(self.y))
+        elif isinstance(index, slice):
+            idx = np.arange(len(self.y))[index]
+        else:
+            idx = np.asarray(index, dtype=np.int64)
+        x = torch.from_numpy(np.ascontiguousarray(self.x[idx])).permute(0, 3, 1, 2).float().div_(255.0)
+        y = torch.from_numpy(self.y[idx].astype(np.int64))
+        return x.contiguous(), y, torch.from_numpy(idx.astype(np.int64))
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The CIFAR-10 npz folder to use: the argument, else $ADVTRANSFER_DATA, else None."""
+    chosen = data_dir or os.environ.get("ADVTRANSFER_DATA")
+    if not chosen:
+        return None
+    path = Path(chosen).expanduser()
+    missing = [f for f in ("train.npz", "test.npz") if not (path / f).is_file()]
+    if missing:
+        raise UserError(
+            f"data folder {str(path)!r} lacks {', '.join(missing)}; point --data-dir or "
+            "ADVTRANSFER_DATA at a folder with CIFAR-10 train.npz/test.npz"
+        )
+    return path
+
+
+def _download_cifar10(root: Path) -> Path:
+    """Download CIFAR-10 with torchvision into ``root`` and convert it to the npz format."""
+    out = root / "cifar10"
+    if (out / "train.npz").is_file() and (out / "test.npz").is_file():
+        return out
+    try:
+        from torchvision.datasets import CIFAR10
+
+        sets = {s: CIFAR10(str(root / "torchvision"), train=(s == "train"), download=True)
+                for s in ("train", "test")}
+    except Exception as exc:  # no internet, no space, ...
+        raise UserError(
+            "CIFAR-10 not found and the torchvision download failed "
+            f"({type(exc).__name__}); pass --data-dir or set ADVTRANSFER_DATA to a folder with "
+            "train.npz/test.npz (e.g. ../shared/data/cifar10), or run once with internet"
+        ) from None
+    out.mkdir(parents=True, exist_ok=True)
+    for s, ds in sets.items():
+        tmp = out / f".{s}.npz.tmp"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, x=ds.data.astype(np.uint8), y=np.asarray(ds.targets, dtype=np.int64),
+                     classes=np.asarray(ds.classes), lossless=np.ones(len(ds.targets), bool))
+        os.replace(tmp, out / f"{s}.npz")
+    return out
+
+
+@lru_cache(maxsize=8)
+def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray | None]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            x, y = z["x"], z["y"].astype(np.int64)
+            classes = tuple(str(c) for c in z["classes"]) if "classes" in z.files else CIFAR10_CLASSES
+            lossless = z["lossless"] if "lossless" in z.files else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"cannot read {path!r} as a CIFAR-10 npz file ({exc}); check the data folder") from None
+    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[-1] != 3 or len(x) != len(y):
+        raise UserError(f"{path!r} does not hold x uint8 N×H×W×3 and y of the same length")
+    return x, y, classes, lossless
+
+
+def load_cifar10(split: str = "test", data_dir: str | os.PathLike | None = None,
+                 cache: str | os.PathLike | None = None) -> Split:
+    """Load a CIFAR-10 split ('train' or 'test'); see the module docstring for the sources."""
+    if split not in ("train", "test"):
+        raise UserError(f"unknown split {split!r}; use 'train' or 'test'")
+    folder = resolve_data_dir(data_dir)
+    if folder is None:
+        folder = _download_cifar10(cache_dir(cache) / "data")
+    x, y, classes, lossless = _load_npz(str(folder / f"{split}.npz"))
+    return Split("cifar10", split, x, y, classes, lossless)
+
+
+DATASETS = {"cifar10": load_cifar10}
+
+
+def load_dataset(name: str, split: str = "test", data_dir: str | os.PathLike | None = None) -> Split:
+    """Load a registered dataset split by name."""
+    if name not in DATASETS:
+        from .registry import suggest
+
+        raise UserError(suggest(name, list(DATASETS), "dataset"))
+    return DATASETS[name](split, data_dir=data_dir)
+
+
+def eval_subset(ds: Split, n: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Deterministic evaluation subset: images ``start .. start+n-1`` as ``(x, y, index)``."""
+    if n <= 0 or start < 0 or start + n > len(ds):
+        raise UserError(f"subset {start}..{start + n - 1} is outside the {len(ds)} {ds.split} images")
+    return ds.tensors(slice(start, start + n))

@@ -1,0 +1,252 @@
+"""Grid files (``grids/*.yaml``) → validated :class:`GridSpec` → list of :class:`Cell`.
+
+A cell is one crafting job: (surrogate set, attack with its parameters, ε, seed) on a dataset
+subset. Its id hashes the canonical config, including the sha256 of the surrogate weights, so a
+retrained surrogate gives new cells and cached adversarial examples are never reused wrongly.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+from .registry import suggest
+from .utils import eps_to_str, parse_fraction, short_hash
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GRID_KEYS = {"name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+             "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
+
+
+@dataclass(frozen=True)
+class SurrogateEntry:
+    """A surrogate set: member model names, optional weights, a display name."""
+
+    models: tuple[str, ...]
+    weights: tuple[float, ...] | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or "+".join(self.models)
+
+
+@dataclass(frozen=True)
+class AttackEntry:
+    label: str
+    attack: str
+    params: dict
+
+
+@dataclass
+class GridSpec:
+    name: str
+    dataset: str
+    split: str
+    n: int
+    start: int
+    size: str
+    batch_size: int
+    seeds: list[int]
+    norm: str
+    eps: list[float]
+    targeted: bool
+    budget: str
+    attacks: list[AttackEntry]
+    surrogates: list[SurrogateEntry]
+    victims: list[str]
+    source: str = ""
+    raw: dict = field(default_factory=dict)
+
+    def model_names(self) -> list[str]:
+        names = [m for s in self.surrogates for m in s.models] + list(self.victims)
+        return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One crafting job. ``config`` is the canonical JSON-able description hashed into ``cell_id``."""
+
+    cell_id: str
+    surrogate: SurrogateEntry
+    attack: AttackEntry
+    eps: float
+    seed: int
+    config: dict
+
+
+def resolve_grid_path(grid: str) -> Path:
+    """A grid by path, or by name under ``grids/`` (``ci`` → grids/ci.yaml)."""
+    p = Path(grid)
+    if p.is_file():
+        return p
+    for cand in (REPO_ROOT / "grids" / f"{grid}.yaml", REPO_ROOT / "grids" / grid, Path("grids") / f"{grid}.yaml"):
+        if cand.is_file():
+            return cand
+    known = sorted(q.stem for q in (REPO_ROOT / "grids").glob("*.yaml"))
+    raise UserError(suggest(str(grid), known, "grid") + "; give a path to a grid YAML file or a name under grids/")
+
+
+def _need(cond: bool, source: str, msg: str) -> None:
+    if not cond:
+        raise UserError(f"{source}: {msg}")
+
+
+def load_grid(grid: str, attack: str | None = None) -> GridSpec:
+    """Read and validate a grid file. ``attack`` (comma-separated) keeps only those attacks; a
+    registry attack the grid does not list runs with the grid's defaults."""
+    from .attacks import ATTACKS
+
+    path = resolve_grid_path(grid)
+    src = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{src}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    _need(isinstance(raw, dict), src, "a grid file must be a mapping of keys (name, eps, attacks, surrogates, victims, ...)")
+    unknown = set(raw) - GRID_KEYS - {k for k in raw if str(k).startswith("x-")}
+    _need(not unknown, src, f"unknown keys {sorted(unknown)}; allowed: {sorted(GRID_KEYS)}")
+    for key in ("eps", "attacks", "surrogates", "victims"):
+        _need(key in raw, src, f"missing required key {key!r}")
+
+    eps_raw = raw["eps"] if isinstance(raw["eps"], list) else [raw["eps"]]
+    eps = [parse_fraction(e, "eps") for e in eps_raw]
+    norm = raw.get("norm", "linf")
+    _need(norm in ("linf", "l2"), src, f"norm must be linf or l2, not {norm!r}")
+    for e, r in zip(eps, eps_raw):
+        _need(e > 0 and (e <= 1 or norm == "l2"), src, f"eps {r} is outside (0, 1]; give it like 8/255")
+
+    defaults = raw.get("defaults") or {}
+    _need(isinstance(defaults, dict), src, "defaults must be a mapping of attack parameters")
+    attacks_raw = raw["attacks"]
+    _need(isinstance(attacks_raw, dict) and attacks_raw, src, "attacks must be a non-empty mapping label -> parameters")
+    entries: dict[str, AttackEntry] = {}
+    for label, params in attacks_raw.items():
+        params = dict(params or {})
+        _need(isinstance(params, dict), src, f"parameters of attack {label!r} must be a mapping")
+        name = params.pop("attack", label)
+        ATTACKS.get(name)
+        entries[str(label)] = AttackEntry(str(label), name, {**defaults, **params})
+    if attack:
+        chosen = []
+        for a in [s.strip() for s in attack.split(",") if s.strip()]:
+            if a in entries:
+                chosen.append(entries[a])
+            else:
+                ATTACKS.get(a)  # unknown names raise with close matches
+                chosen.append(AttackEntry(a, a, dict(defaults)))
+        attack_list = chosen
+    else:
+        attack_list = list(entries.values())
+
+    surrogates = []
+    _need(isinstance(raw["surrogates"], list) and raw["surrogates"], src, "surrogates must be a non-empty list")
+    for s in raw["surrogates"]:
+        if isinstance(s, str):
+            surrogates.append(SurrogateEntry((s,)))
+        elif isinstance(s, list) and s and all(isinstance(m, str) for m in s):
+            surrogates.append(SurrogateEntry(tuple(s)))
+        elif isinstance(s, dict) and isinstance(s.get("models"), list) and s["models"]:
+            w = s.get("weights")
+            _need(w is None or (isinstance(w, list) and len(w) == len(s["models"])), src,
+                  f"surrogate set {s.get('name', s['models'])}: weights must be a list, one per model")
+            surrogates.append(SurrogateEntry(tuple(s["models"]), tuple(float(v) for v in w) if w else None,
+                                             str(s.get("name", ""))))
+        else:
+            raise UserError(f"{src}: a surrogate must be a model name, a list of names, or "
+                            f"{{models: [...], weights: [...], name: ...}}; got {s!r}")
+    victims = raw["victims"]
+    _need(isinstance(victims, list) and victims and all(isinstance(v, str) for v in victims), src,
+          "victims must be a non-empty list of model names")
+
+    n = raw.get("n", 1000)
+    _need(isinstance(n, int) and n > 0, src, f"n must be a positive integer, got {n!r}")
+    seeds = raw.get("seeds", [0])
+    seeds = seeds if isinstance(seeds, list) else [seeds]
+    _need(all(isinstance(s, int) for s in seeds), src, "seeds must be integers")
+    budget = raw.get("budget", "steps")
+    _need(budget in ("steps", "grad_evals"), src, f"budget must be 'steps' or 'grad_evals', not {budget!r}")
+    size = raw.get("size", "cpu")
+    from .config import SIZES
+
+    _need(size in SIZES, src, f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    spec = GridSpec(
+        name=str(raw.get("name", path.stem)), dataset=str(raw.get("dataset", "cifar10")),
+        split=str(raw.get("split", "test")), n=n, start=int(raw.get("start", 0)), size=size,
+        batch_size=int(raw.get("batch_size", 250)), seeds=seeds, norm=norm, eps=eps,
+        targeted=bool(raw.get("targeted", False)), budget=budget, attacks=attack_list,
+        surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw))
+    _check_models(spec)
+    return spec
+
+
+def _check_models(spec: GridSpec) -> None:
+    from .models.zoo import get_spec, load_specs
+
+    specs = load_specs()
+    for name in spec.model_names():
+        get_spec(name, specs)
+
+
+def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_models: int):
+    """Instantiate the attack of a cell; returns the attack object.
+
+    ``budget: grad_evals`` grids give ``grad_evals: G`` in the attack parameters; the number of
+    steps is then chosen so that the attack spends at most G gradient evaluations per image.
+    """
+    from .attacks import create_attack
+
+    params = dict(entry.params)
+    params.setdefault("norm", spec.norm)
+    params.setdefault("targeted", spec.targeted)
+    target_evals = params.pop("grad_evals", None)
+    attack = create_attack(entry.attack, eps=eps, seed=seed, **params)
+    if spec.budget == "grad_evals":
+        if target_evals is None:
+            raise UserError(f"{spec.source}: budget grad_evals needs 'grad_evals: N' for attack {entry.label!r}")
+        attack = _match_grad_evals(entry, params, eps, seed, n_models, int(target_evals))
+    return attack
+
+
+def _match_grad_evals(entry: AttackEntry, params: dict, eps: float, seed: int, n_models: int, target: int):
+    from .attacks import create_attack
+
+    best = None
+    for steps in range(1, 10_000):
+        p = {**params, "steps": steps}
+        if "alpha_over_eps" in p:
+            p["alpha"] = eps * float(p.pop("alpha_over_eps"))
+        a = create_attack(entry.attack, eps=eps, seed=seed, **p)
+        if a.grad_evals_formula(n_models) > target:
+            break
+        best = a
+    if best is None:
+        raise UserError(f"attack {entry.label!r} cannot run one step within {target} gradient evaluations")
+    return best
+
+
+def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
+    """All cells of the grid. ``model_shas`` maps model name → sha256 of its weights."""
+    cells = []
+    for s in spec.surrogates:
+        for a in spec.attacks:
+            for eps in spec.eps:
+                for seed in spec.seeds:
+                    attack = resolve_attack(a, spec, eps, seed, len(s.models))
+                    config = {
+                        "dataset": spec.dataset, "split": spec.split, "start": spec.start, "n": spec.n,
+                        "size": spec.size, "surrogate": list(s.models),
+                        "surrogate_weights": list(s.weights) if s.weights else None,
+                        "surrogate_sha": [model_shas[m] for m in s.models],
+                        "attack": a.attack, "attack_params": attack.params(), "seed": seed,
+                    }
+                    cells.append(Cell(short_hash(config), s, a, eps, seed, config))
+    return cells
+
+
+def describe(cell: Cell) -> str:
+    return f"{cell.surrogate.name} · {cell.attack.label} · {eps_to_str(cell.eps)} · seed {cell.seed}"

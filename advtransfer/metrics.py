@@ -1,0 +1,59 @@
+"""Pure functions on tensors: success counts, rates, distortions, Wilson intervals."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score 95% interval for k successes out of n (``(nan, nan)`` when n = 0)."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def distortion(x: torch.Tensor, x_adv: torch.Tensor) -> dict[str, float]:
+    """L∞ and L2 of x_adv − x per sample, summarised: ``linf_max``, ``linf_mean``, ``l2_mean``, ``l2_median``."""
+    d = (x_adv - x).flatten(1).double()
+    linf = d.abs().amax(1)
+    l2 = d.norm(dim=1)
+    return {"linf_max": float(linf.max()), "linf_mean": float(linf.mean()),
+            "l2_mean": float(l2.mean()), "l2_median": float(l2.median())}
+
+
+def per_sample_l2(x: torch.Tensor, x_adv: torch.Tensor) -> torch.Tensor:
+    return (x_adv - x).flatten(1).double().norm(dim=1)
+
+
+def success_counts(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tensor,
+                   surrogate_correct: torch.Tensor, target: torch.Tensor | None = None) -> dict[str, float | int]:
+    """Counts and rates of one victim on one cell (schema of the results table).
+
+    y: true labels; pred_clean / pred_adv: victim predictions on x and x_adv; surrogate_correct:
+    bool mask where the surrogate set is right on x; target: target labels for targeted attacks.
+    Success = victim right on x and, on x_adv, wrong (untargeted) or predicting the target.
+    """
+    clean_ok = pred_clean == y
+    adv_ok = pred_adv == y
+    hit = (pred_adv == target) if target is not None else ~adv_ok
+    success = clean_ok & hit
+    both = clean_ok & surrogate_correct
+    n = len(y)
+    n_clean, n_adv, n_succ = int(clean_ok.sum()), int(adv_ok.sum()), int(success.sum())
+    n_both, n_tr = int(both.sum()), int((both & hit).sum())
+    lo, hi = wilson_interval(n_succ, n_clean)
+    nan = float("nan")
+    return {
+        "n_clean_correct": n_clean, "n_adv_correct": n_adv, "n_success": n_succ,
+        "n_both_correct": n_both, "n_transfer_success": n_tr,
+        "clean_acc": n_clean / n, "adv_acc": n_adv / n,
+        "asr": n_succ / n_clean if n_clean else nan,
+        "fooling_rate": (n_clean - n_adv) / n_clean if n_clean else nan,
+        "transfer_rate": n_tr / n_both if n_both else nan,
+        "asr_ci_low": lo, "asr_ci_high": hi,
+    }

@@ -1,0 +1,89 @@
+"""Transfer-matrix heatmaps: one figure per (attack label, ε, norm, targeted) of a run.
+
+Rows are surrogates (sets included), columns victims grouped by family; each cell shows ASR in
+percent (averaged over seeds), on a fixed 0–100 colour scale; white-box cells are outlined.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+FAMILY_ORDER = ["cnn", "mobile", "dense", "vit", "clip", "timm", "defended"]
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
+
+
+def transfer_matrix(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
+    """ASR matrix (percent, surrogates × victims), white-box mask and (victim, family) order."""
+    fam = df.groupby("victim")["victim_family"].first()
+    victims = sorted(fam.index, key=lambda v: (FAMILY_ORDER.index(fam[v]) if fam[v] in FAMILY_ORDER
+                                               else len(FAMILY_ORDER), fam[v], v))
+    surrogates = list(dict.fromkeys(df.sort_values(["n_surrogates", "surrogate"])["surrogate"]))
+    asr = df.groupby(["surrogate", "victim"])["asr"].mean().unstack("victim") * 100
+    wb = df.groupby(["surrogate", "victim"])["is_whitebox"].any().unstack("victim")
+    asr = asr.reindex(index=surrogates, columns=victims)
+    wb = wb.reindex(index=surrogates, columns=victims).fillna(False).astype(bool)
+    return asr, wb, [(v, fam[v]) for v in victims]
+
+
+def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Write the heatmaps of ``RUN_DIR/results.parquet`` to ``RUN_DIR/figures/``; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from .store import RunStore
+
+    run_dir = Path(run_dir)
+    df = RunStore(run_dir).read_results()
+    out_dir = run_dir / "figures"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    keys = ["attack_label", "eps", "norm", "targeted"]
+    for (label, eps, norm, targeted), sub in df.groupby(keys, sort=True):
+        asr, wb, order = transfer_matrix(sub)
+        nr, nc = asr.shape
+        fig, ax = plt.subplots(figsize=(1.6 + 0.85 * nc, 1.4 + 0.55 * nr + 0.6))
+        im = ax.imshow(asr.to_numpy(dtype=float), cmap="viridis", vmin=0, vmax=100, aspect="auto")
+        for i in range(nr):
+            for j in range(nc):
+                v = asr.iat[i, j]
+                if pd.notna(v):
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8,
+                            color="black" if v > 60 else "white")
+                if wb.iat[i, j]:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
+        ax.set_xticks(range(nc), [v for v, _ in order], rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(nr), list(asr.index), fontsize=8)
+        # family bands along the top
+        fams = [f for _, f in order]
+        start = 0
+        for j in range(1, nc + 1):
+            if j == nc or fams[j] != fams[start]:
+                ax.annotate(fams[start], xy=((start + j - 1) / 2, -0.5), xytext=(0, 4),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=8, style="italic")
+                if j < nc:
+                    ax.axvline(j - 0.5, color="white", lw=2)
+                start = j
+        eps_str = sub["eps_str"].iloc[0]
+        n = int(sub["n"].iloc[0])
+        title = f"{label} · {norm} ε={eps_str}{' · targeted' if targeted else ''} · ASR % (n={n})"
+        ax.set_title(title, fontsize=9, pad=16)
+        ax.set_xlabel("victim (grouped by family; red box = white-box)", fontsize=8)
+        ax.set_ylabel("surrogate", fontsize=8)
+        cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+        cb.set_label("ASR (%)", fontsize=8)
+        fig.tight_layout()
+        stem = _slug(f"transfer_{label}_{norm}_eps{eps_str.replace('/', '-')}{'_targeted' if targeted else ''}")
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            fig.savefig(path, dpi=150)
+            written.append(path)
+        plt.close(fig)
+    return written

@@ -1,0 +1,72 @@
+"""A small name -> object registry with helpful errors for unknown names."""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from .errors import UserError
+
+T = TypeVar("T")
+
+
+class UnknownNameError(UserError, KeyError):
+    """Raised for a name that is not registered; the message suggests close matches."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def suggest(name: str, choices: list[str], kind: str) -> str:
+    """One-line message for an unknown `name` among `choices`, with close matches."""
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    shown = ", ".join(sorted(choices)[:30])
+    more = " ..." if len(choices) > 30 else ""
+    return f"unknown {kind} {name!r}{hint} (known: {shown}{more})"
+
+
+class Registry(Generic[T]):
+    """Maps names to objects (classes or factories), with tags per entry."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._tags: dict[str, dict[str, Any]] = {}
+
+    def register(self, name: str, **tags: Any) -> Callable[[T], T]:
+        """Decorator: register the decorated object under `name` with optional tags."""
+
+        def deco(obj: T) -> T:
+            self.add(name, obj, **tags)
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T, **tags: Any) -> None:
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._items[name] = obj
+        self._tags[name] = dict(tags)
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(suggest(name, list(self._items), self.kind)) from None
+
+    def tags(self, name: str) -> dict[str, Any]:
+        self.get(name)
+        return dict(self._tags[name])
+
+    def names(self, pattern: str = "*") -> list[str]:
+        return sorted(n for n in self._items if fnmatch.fnmatch(n, pattern))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)

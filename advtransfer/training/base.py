@@ -1,0 +1,126 @@
+"""Shared training machinery: batches, augmentation, schedules, the trainer registry."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..data import Split
+from ..errors import UserError
+from ..registry import Registry
+
+
+@dataclass
+class TrainOutput:
+    """What a trainer returns: one or more weight sets (a collection) and metadata for the card.
+
+    ``states`` maps a member name to a state dict; a single model uses the name ``""``.
+    """
+
+    states: dict[str, dict[str, torch.Tensor]]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+Trainer = Callable[[nn.Module, dict, Split, str, bool], TrainOutput]
+TRAINERS: Registry[Trainer] = Registry("training method")
+
+
+def augment_batch(x: torch.Tensor, gen: torch.Generator, ops: list[str]) -> torch.Tensor:
+    """Standard CIFAR augmentation on a float batch N×C×H×W in [0,1]: ``crop`` (pad 4, random
+    32×32 crop) and ``flip`` (horizontal, p = 0.5), drawn per image from ``gen``."""
+    n, _, h, w = x.shape
+    if "crop" in ops:
+        pad = 4
+        xp = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+        offs = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen).tolist()
+        x = torch.stack([xp[i, :, dy:dy + h, dx:dx + w] for i, (dy, dx) in enumerate(offs)])
+    if "flip" in ops:
+        flip = torch.rand(n, generator=gen) < 0.5
+        x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+    unknown = set(ops) - {"crop", "flip"}
+    if unknown:
+        raise UserError(f"unknown augmentation {sorted(unknown)}; use crop and/or flip")
+    return x
+
+
+def training_subset(data: Split, recipe: dict) -> np.ndarray:
+    """Indices of the training images a recipe uses: the first ``train_subset`` (all if absent)."""
+    n = int(recipe.get("train_subset") or len(data))
+    if n > len(data):
+        raise UserError(f"train_subset={n} exceeds the {len(data)} training images")
+    return np.arange(n)
+
+
+def batches(data: Split, idx: np.ndarray, batch_size: int, gen: torch.Generator, augment: list[str]
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of shuffled, augmented batches ``(x [0,1] N×C×H×W, y)``; the last partial batch is dropped
+    when it is smaller than half a batch (keeps BatchNorm statistics sane)."""
+    perm = idx[torch.randperm(len(idx), generator=gen).numpy()]
+    for s in range(0, len(perm), batch_size):
+        b = perm[s:s + batch_size]
+        if len(b) < max(2, batch_size // 2) and s > 0:
+            break
+        x, y, _ = data.tensors(b)
+        yield augment_batch(x, gen, augment), y
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    full, rest = divmod(n, batch_size)
+    return full + (1 if rest >= max(2, batch_size // 2) or full == 0 else 0)
+
+
+def lr_at(step: int, total: int, recipe: dict) -> float:
+    """Learning rate at optimiser step ``step`` of ``total`` for the recipe's ``schedule``:
+    ``onecycle`` (linear warm-up over ``warmup`` of the run, then linear decay to 0), ``cosine``,
+    ``step`` (×0.1 at 50% and 75%) or ``constant``."""
+    lr = float(recipe["lr"])
+    sched = recipe.get("schedule", "onecycle")
+    t = step / max(1, total)
+    if sched == "onecycle":
+        warm = float(recipe.get("warmup", 0.15))
+        return lr * (t / warm if t < warm else max(0.0, (1 - t) / (1 - warm)))
+    if sched == "cosine":
+        return 0.5 * lr * (1 + math.cos(math.pi * t))
+    if sched == "step":
+        return lr * (0.1 ** (int(t >= 0.5) + int(t >= 0.75)))
+    if sched == "constant":
+        return lr
+    raise UserError(f"unknown schedule {sched!r}; use onecycle, cosine, step or constant")
+
+
+def make_optimizer(params: Any, recipe: dict) -> torch.optim.Optimizer:
+    """SGD (momentum, Nesterov) or AdamW from the recipe."""
+    opt = recipe.get("optimizer", "sgd")
+    wd = float(recipe.get("weight_decay", 5e-4))
+    if opt == "sgd":
+        mom = float(recipe.get("momentum", 0.9))
+        return torch.optim.SGD(params, lr=float(recipe["lr"]), momentum=mom, weight_decay=wd,
+                               nesterov=bool(recipe.get("nesterov", mom > 0)))
+    if opt == "adamw":
+        return torch.optim.AdamW(params, lr=float(recipe["lr"]), weight_decay=wd)
+    raise UserError(f"unknown optimizer {opt!r}; use sgd or adamw")
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500,
+             device: str = "cpu") -> float:
+    """Top-1 accuracy of ``model`` (eval mode) on pixels ``x`` in [0,1]."""
+    was = model.training
+    model.eval()
+    correct = 0
+    for s in range(0, len(x), batch_size):
+        out = model(x[s:s + batch_size].to(device))
+        correct += int((out.argmax(1).cpu() == y[s:s + batch_size]).sum())
+    model.train(was)
+    return correct / len(x)
+
+
+def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
+                      progress: bool = True) -> TrainOutput:
+    """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``)."""
+    method = recipe.get("method", "standard")
+    return TRAINERS.get(method)(net, recipe, data, device, progress)
