@@ -28,7 +28,8 @@ def _env(tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("advtransfer-cache")
     old = {k: os.environ.get(k) for k in ("ADVTRANSFER_CACHE", "ADVTRANSFER_DATA", "ADVTRANSFER_SIZE", "HF_HUB_OFFLINE")}
     os.environ.update(ADVTRANSFER_CACHE=str(cache), ADVTRANSFER_DATA=data, ADVTRANSFER_SIZE="ci", HF_HUB_OFFLINE="1")
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    threads = int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, threads))
     yield cache
     for k, v in old.items():
         if v is None:
