@@ -111,10 +111,12 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     zoo.ensure_trained(spec.model_names(), spec.size, cache, data_dir, device, progress, log)
     cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
     shas = {m: c["sha256"] for m, c in cards.items()}
-    specs = zoo.load_specs()
     cells = expand_cells(spec, shas)
     ds = load_dataset(spec.dataset, spec.split, data_dir)
     x, y, index = eval_subset(ds, spec.n, spec.start)
+    models = ModelCache(spec.size, cache, device)
+    for m in spec.model_names():  # verify every checkpoint before anything is written
+        models.get(m)
     sha = git_sha()
     run_id = run_dir.name
     manifest = store.read_manifest()
@@ -127,7 +129,6 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     })
     manifest.setdefault("created_at", manifest["updated_at"])
     store.write_manifest(manifest)
-    models = ModelCache(spec.size, cache, device)
     bar = tqdm(cells, desc=f"grid {spec.name}", unit="cell", disable=not progress)
     for cell in bar:
         bar.set_postfix_str(describe(cell), refresh=False)

@@ -1,0 +1,221 @@
+"""The CLI end to end on the ci grid (real CIFAR-10, ci-size models trained into the test cache),
+resume after a kill, adding a victim without re-crafting, and one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = ["run_id", "cell_id", "dataset", "split", "n", "seed", "attack", "attack_params", "norm", "eps",
+          "eps_str", "steps", "targeted", "surrogate", "surrogate_kind", "n_surrogates", "victim",
+          "victim_family", "is_whitebox", "n_clean_correct", "n_adv_correct", "n_success", "n_both_correct",
+          "n_transfer_success", "clean_acc", "adv_acc", "asr", "fooling_rate", "transfer_rate", "asr_ci_low",
+          "asr_ci_high", "linf_max", "linf_mean", "l2_mean", "l2_median", "grad_evals", "craft_s", "eval_s",
+          "device", "git_sha", "advtransfer_version", "torch_version", "created_at"]
+
+
+def cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "advtransfer", *args], capture_output=True, text=True,
+                          cwd=REPO, env=os.environ.copy(), timeout=1200, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def write_grid(path: Path, **changes) -> Path:
+    grid = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
+    grid.update(changes)
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory, cache_dir):
+    """Run a reduced copy of the ci grid, then the real grids/ci.yaml (one more victim) into the same folder."""
+    tmp = tmp_path_factory.mktemp("ci-run")
+    run = tmp / "run"
+    full = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
+    reduced = write_grid(tmp / "reduced.yaml", victims=[v for v in full["victims"] if v != "mobilenet_b"])
+    first = cli("grid", str(reduced), "--out", str(run), "--no-progress")
+    adv_mtimes = {p.name: p.stat().st_mtime_ns for p in (run / "adv").glob("*.safetensors")}
+    rows_first = len(pd.read_parquet(run / "results.parquet"))
+    second = cli("grid", "ci", "--out", str(run), "--no-progress")
+    return {"run": run, "full": full, "first": first, "second": second, "adv_mtimes": adv_mtimes,
+            "rows_first": rows_first}
+
+
+def test_grid_writes_table_examples_and_figures(ci_run):
+    run, full = ci_run["run"], ci_run["full"]
+    df = pd.read_parquet(run / "results.parquet")
+    n_cells = len(full["surrogates"]) * len(full["attacks"]) * len(full["eps"]) * len(full["seeds"])
+    assert len(df) == n_cells * len(full["victims"])
+    assert not df.duplicated(["cell_id", "victim"]).any()
+    assert [c for c in SCHEMA if c not in df.columns] == []
+    assert len(pd.read_csv(run / "results.csv")) == len(df)
+    assert len(list((run / "adv").glob("*.safetensors"))) == n_cells
+    figs = list((run / "figures").glob("*.png"))
+    assert len(figs) == len(full["attacks"]) * len(full["eps"]) and list((run / "figures").glob("*.pdf"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["git_sha"] and manifest["versions"]["torch"] == torch.__version__
+    assert set(manifest["cells"]) == set(df["cell_id"])
+    # white-box cells are flagged, rates are fractions, the ε-ball holds
+    assert df.loc[df.victim == df.surrogate, "is_whitebox"].all()
+    assert df["asr"].between(0, 1).all() and (df["linf_max"] <= df["eps"] + 1e-6).all()
+    assert (df["asr_ci_low"] <= df["asr"]).all() and (df["asr"] <= df["asr_ci_high"]).all()
+    # grad_evals: 10 steps × number of surrogates
+    assert (df["grad_evals"] == 10 * df["n_surrogates"]).all()
+
+
+def test_added_victim_is_evaluated_without_recrafting(ci_run):
+    run = ci_run["run"]
+    assert "crafting" in ci_run["first"].stdout
+    assert "crafting" not in ci_run["second"].stdout
+    now = {p.name: p.stat().st_mtime_ns for p in (run / "adv").glob("*.safetensors")}
+    assert now == ci_run["adv_mtimes"], "cached adversarial examples were rewritten"
+    df = pd.read_parquet(run / "results.parquet")
+    assert ci_run["rows_first"] < len(df) and (df.victim == "mobilenet_b").sum() > 0
+
+
+def test_rerun_skips_finished_cells(ci_run):
+    run = ci_run["run"]
+    before = pd.read_parquet(run / "results.parquet")
+    again = cli("grid", "ci", "--out", str(run), "--no-progress", "--no-plot")
+    assert "crafting" not in again.stdout
+    after = pd.read_parquet(run / "results.parquet")
+    pd.testing.assert_frame_equal(before.sort_values(["cell_id", "victim"]).reset_index(drop=True),
+                                  after.sort_values(["cell_id", "victim"]).reset_index(drop=True))
+
+
+def test_row_rederived_from_cached_examples(ci_run):
+    """Each row's numbers follow from its cached x_adv and the victim loaded with load_model."""
+    import advtransfer
+    from advtransfer.data import eval_subset, load_cifar10
+    from safetensors.torch import load_file
+
+    run = ci_run["run"]
+    df = pd.read_parquet(run / "results.parquet")
+    row = df[(df.victim == "resnet20_b") & (df.surrogate == "vgg_a") & (df.eps_str == "8/255")].iloc[0]
+    t = load_file(str(run / "adv" / f"{row.cell_id}.safetensors"))
+    x, y, idx = eval_subset(load_cifar10("test"), int(row.n))
+    assert torch.equal(t["index"], idx)
+    victim = advtransfer.load_model("resnet20_b", size="ci")
+    with torch.no_grad():
+        clean_ok = victim(x).argmax(1) == y
+        adv_ok = victim(t["x_adv"]).argmax(1) == y
+    assert int(clean_ok.sum()) == row.n_clean_correct
+    assert int((clean_ok & ~adv_ok).sum()) == row.n_success
+    assert float((t["x_adv"] - x).abs().amax()) == pytest.approx(row.linf_max, abs=1e-7)
+
+
+def test_killed_run_resumes_without_losing_or_doubling_rows(tmp_path, ci_run):
+    grid = write_grid(tmp_path / "g.yaml", attacks={"ifgsm": {}}, n=100)
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "advtransfer", "grid", str(grid), "--out", str(run), "--no-progress", "--no-plot"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and len(list((run / "shards").glob("*.parquet"))) < 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list((run / "shards").glob("*.parquet")))
+    assert 2 <= done_before < 6, "the kill should land mid-run"
+    cli("grid", str(grid), "--out", str(run), "--no-progress", "--no-plot")
+    df = pd.read_parquet(run / "results.parquet")
+    assert len(df) == 6 * 6 and not df.duplicated(["cell_id", "victim"]).any()
+    assert not list(run.rglob(".*.tmp")) and not [p for p in run.rglob(".*") if p.is_file()]
+
+
+# --- bad input: one line on stderr, exit code 2, nothing written ---------------------------------
+
+def _bad(tmp_path, *args, match: str):
+    out = tmp_path / "never"
+    proc = cli(*args, "--out", str(out), "--no-progress", check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("advtransfer: error:"), proc.stderr
+    assert match in lines[0], lines[0]
+    assert not out.exists(), "bad input must leave nothing half-written"
+
+
+def test_unknown_attack(tmp_path):
+    _bad(tmp_path, "grid", "ci", "--attack", "mifgsn", match="did you mean 'mifgsm'")
+
+
+def test_unknown_grid(tmp_path):
+    _bad(tmp_path, "grid", "cifar1O", match="did you mean 'cifar10'")
+
+
+def test_unknown_model_in_grid(tmp_path):
+    g = write_grid(tmp_path / "g.yaml", victims=["resnet20_c"])
+    _bad(tmp_path, "grid", str(g), match="resnet20_a")
+
+
+def test_eps_out_of_range(tmp_path):
+    g = write_grid(tmp_path / "g.yaml", eps=["300/255"])
+    _bad(tmp_path, "grid", str(g), match="outside (0, 1]")
+
+
+def test_malformed_grid(tmp_path):
+    g = tmp_path / "g.yaml"
+    g.write_text("name: x\neps: [8/255\n")
+    _bad(tmp_path, "grid", str(g), match="not valid YAML")
+    g.write_text(yaml.safe_dump({"name": "x", "eps": ["8/255"], "attacks": {"ifgsm": {}}, "victims": ["vgg_a"]}))
+    _bad(tmp_path, "grid", str(g), match="surrogates")
+
+
+def test_missing_data_folder(tmp_path):
+    _bad(tmp_path, "grid", "ci", "--data-dir", str(tmp_path / "nowhere"), match="ADVTRANSFER_DATA")
+
+
+def _cache_with(tmp_path, cache_dir, name: str) -> Path:
+    from advtransfer.models import zoo
+
+    zoo.ensure_trained([name], "ci", progress=False, log=lambda *_: None)
+    dst = tmp_path / "cache" / "zoo" / "ci"
+    dst.mkdir(parents=True)
+    for ext in (".safetensors", ".json"):
+        (dst / f"{name}{ext}").write_bytes((Path(cache_dir) / "zoo" / "ci" / f"{name}{ext}").read_bytes())
+    return tmp_path / "cache"
+
+
+def test_corrupt_checkpoint(tmp_path, cache_dir):
+    cache = _cache_with(tmp_path, cache_dir, "vgg_a")
+    w = cache / "zoo" / "ci" / "vgg_a.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-100] ^= 0xFF
+    w.write_bytes(bytes(data))
+    g = write_grid(tmp_path / "g.yaml", surrogates=["vgg_a"], victims=["vgg_a"], n=10)
+    _bad(tmp_path, "grid", str(g), "--cache-dir", str(cache), match="sha256")
+
+
+def test_foreign_checkpoint(tmp_path, cache_dir):
+    from safetensors.torch import save_file
+
+    from advtransfer.utils import sha256_file
+
+    cache = _cache_with(tmp_path, cache_dir, "vgg_a")
+    w = cache / "zoo" / "ci" / "vgg_a.safetensors"
+    save_file({"weight": torch.zeros(3, 3)}, str(w))
+    card_path = w.with_suffix(".json")
+    card = json.loads(card_path.read_text())
+    card["sha256"] = sha256_file(w)
+    card_path.write_text(json.dumps(card))
+    g = write_grid(tmp_path / "g.yaml", surrogates=["vgg_a"], victims=["vgg_a"], n=10)
+    _bad(tmp_path, "grid", str(g), "--cache-dir", str(cache), match="does not fit architecture")
+
+
+def test_help_and_listing_commands():
+    assert "grid" in cli("--help").stdout
+    out = cli("attacks").stdout
+    assert "mifgsm" in out and "vmifgsm" in out
+    assert "resnet20_at" in cli("zoo", "list", "--size", "ci").stdout
