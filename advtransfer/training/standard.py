@@ -93,8 +93,11 @@ def _state(net: nn.Module) -> dict[str, torch.Tensor]:
 @TRAINERS.register("standard")
 def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                    progress: bool = True) -> TrainOutput:
-    """Plain supervised training with the recipe's optimiser and schedule."""
-    return fit(net, recipe, data, device, progress)
+    """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
+    early-stopped checkpoints as entries ``<name>@epoch<k>``."""
+    out = fit(net, recipe, data, device, progress)
+    out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"])}
+    return out
 
 
 @TRAINERS.register("fgsm_at")
