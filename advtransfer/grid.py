@@ -24,11 +24,13 @@ GRID_KEYS = {"name", "description", "dataset", "split", "n", "start", "size", "b
 
 @dataclass(frozen=True)
 class SurrogateEntry:
-    """A surrogate set: member model names, optional weights, a display name."""
+    """A surrogate set: member model names, optional weights, a display name, and options for
+    members that are collections (``per_step``, ``scale``, ... see attacks/collections.py)."""
 
     models: tuple[str, ...]
     weights: tuple[float, ...] | None = None
     label: str = ""
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -154,8 +156,12 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
             w = s.get("weights")
             _need(w is None or (isinstance(w, list) and len(w) == len(s["models"])), src,
                   f"surrogate set {s.get('name', s['models'])}: weights must be a list, one per model")
+            from .attacks.collections import check_options
+
+            opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name")}
+            check_options(opts, f"{src}: surrogate set {s.get('name', s['models'])}: ")
             surrogates.append(SurrogateEntry(tuple(s["models"]), tuple(float(v) for v in w) if w else None,
-                                             str(s.get("name", ""))))
+                                             str(s.get("name", "")), tuple(sorted(opts.items()))))
         else:
             raise UserError(f"{src}: a surrogate must be a model name, a list of names, or "
                             f"{{models: [...], weights: [...], name: ...}}; got {s!r}")
@@ -244,6 +250,8 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
                         "surrogate_sha": [model_shas[m] for m in s.models],
                         "attack": a.attack, "attack_params": attack.params(), "seed": seed,
                     }
+                    if s.options:
+                        config["surrogate_options"] = dict(s.options)
                     cells.append(Cell(short_hash(config), s, a, eps, seed, config))
     return cells
 

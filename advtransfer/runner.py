@@ -18,6 +18,7 @@ from . import __version__
 from .attacks.base import SurrogateSet
 from .cell import CraftResult, craft, evaluate, predict
 from .data import eval_subset, load_dataset
+from .errors import UserError
 from .grid import Cell, GridSpec, describe, expand_cells
 from .metrics import distortion, per_sample_l2
 from .models import zoo
@@ -34,8 +35,8 @@ def default_run_dir(spec: GridSpec) -> Path:
 class ModelCache:
     """Loads zoo models once per run; remembers clean predictions per victim."""
 
-    def __init__(self, size: str, cache, device: str) -> None:
-        self.size, self.cache, self.device = size, cache, device
+    def __init__(self, size: str, cache, device: str, data_dir=None) -> None:
+        self.size, self.cache, self.device, self.data_dir = size, cache, device, data_dir
         self._models: dict[str, nn.Module] = {}
         self._members: dict[str, list[nn.Module]] = {}
         self.clean_pred: dict[str, torch.Tensor] = {}
@@ -44,6 +45,22 @@ class ModelCache:
         if name not in self._models:
             self._models[name] = zoo.load_model(name, self.size, self.cache, self.device)
         return self._models[name]
+
+    def surrogate(self, name: str, options: dict | None = None) -> nn.Module:
+        """The module attacked for ``name``: the model, or for a multi-sample entry (several
+        members, or SWAG) a collection built with the grid's ``options``."""
+        from .attacks.collections import build_collection, is_collection
+
+        card = zoo.read_card(name, self.size, self.cache) or {}
+        if not is_collection(card):
+            if options:
+                raise UserError(f"surrogate options {sorted(options)} need a collection; {name!r} is a single model")
+            return self.get(name)
+        key = f"{name}|{json.dumps(options or {}, sort_keys=True)}"
+        if key not in self._models:
+            self._models[key], _ = build_collection(name, card, dict(options or {}), self.size, self.cache,
+                                                    self.device, self.data_dir)
+        return self._models[key]
 
     def members(self, name: str) -> list[nn.Module]:
         if name not in self._members:
@@ -54,13 +71,33 @@ class ModelCache:
 def build_surrogate_set(cell: Cell, models: ModelCache) -> SurrogateSet:
     """The cell's surrogate set (weights from the grid entry)."""
     s = cell.surrogate
-    return SurrogateSet([models.get(m) for m in s.models], names=list(s.models), weights=s.weights)
+    opts = dict(s.options)
+    return SurrogateSet([models.surrogate(m, opts) for m in s.models], names=list(s.models), weights=s.weights)
 
 
 def surrogate_kind(cell: Cell, cards: dict[str, dict]) -> str:
     if len(cell.surrogate.models) > 1:
         return "ensemble"
     return cards[cell.surrogate.models[0]].get("kind", "single")
+
+
+def surrogate_params(cell: Cell, cards: dict[str, dict]) -> str:
+    """JSON of how the surrogate was trained (card ``surrogate_params``: rho, K, epoch, ...) and
+    how a collection is drawn (grid options); keyed by model name for a set of several."""
+    from .attacks.collections import is_collection
+
+    def one(m: str) -> dict:
+        card = cards[m]
+        p = dict(card.get("surrogate_params") or {})
+        if is_collection(card):
+            p.setdefault("per_step", 1)
+            if card.get("kind") != "swag":
+                p.setdefault("K", len(card.get("members", [])))
+            p.update(dict(cell.surrogate.options))
+        return p
+
+    ms = cell.surrogate.models
+    return json.dumps(one(ms[0]) if len(ms) == 1 else {m: one(m) for m in ms}, sort_keys=True, default=str)
 
 
 def _cell_fields(spec: GridSpec, cell: Cell, run_id: str, cards: dict[str, dict], sha: str) -> dict:
@@ -72,6 +109,7 @@ def _cell_fields(spec: GridSpec, cell: Cell, run_id: str, cards: dict[str, dict]
         "eps_str": eps_to_str(cell.eps), "steps": int(p["steps"]), "targeted": bool(p["targeted"]),
         "ensemble": p.get("ensemble", "logit"), "universal": False, "n_craft": spec.n,
         "surrogate": cell.surrogate.name, "surrogate_kind": surrogate_kind(cell, cards),
+        "surrogate_params": surrogate_params(cell, cards),
         "n_surrogates": len(cell.surrogate.models), "zoo_size": spec.size,
         "git_sha": sha, "advtransfer_version": __version__, "torch_version": torch.__version__,
     }
@@ -114,7 +152,7 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     cells = expand_cells(spec, shas)
     ds = load_dataset(spec.dataset, spec.split, data_dir)
     x, y, index = eval_subset(ds, spec.n, spec.start)
-    models = ModelCache(spec.size, cache, device)
+    models = ModelCache(spec.size, cache, device, data_dir)
     for m in spec.model_names():  # verify every checkpoint before anything is written
         models.get(m)
     sha = git_sha()

@@ -95,15 +95,32 @@ class SurrogateSet:
             x = transform(x)
         w = (self.weights if weights is None else weights)[idx]
         w = w / w.sum()
-        outs = [self.logits(x, i) for i in idx]
-        if self.ensemble == "logit":
-            ce = F.cross_entropy(sum(wi * o for wi, o in zip(w, outs)), y, reduction="none")
-        elif self.ensemble == "loss":
-            ce = sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, outs))
+        K = max(self.evals_per_call(i) for i in idx)
+        if K == 1:
+            ce = self._combine([self.logits(x, i) for i in idx], w, y)
         else:
-            p = sum(wi * F.softmax(o, 1) for wi, o in zip(w, outs))
-            ce = F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
+            # A collection drawing K weight sets per iteration: the objective is the mean over
+            # draws k of the ensemble objective with draw k, so its input gradient is the mean
+            # of the K draws' gradients (plain members are evaluated once).
+            per = [self._draw_logits(x, i, K) for i in idx]
+            ce = sum(self._combine([p[k] for p in per], w, y) for k in range(K)) / K
         return -ce if targeted else ce
+
+    def _draw_logits(self, x: torch.Tensor, i: int, K: int) -> list[torch.Tensor]:
+        """Logits of member ``i`` for draws 0..K−1 (a plain model, or a collection with fewer
+        draws, repeats its outputs)."""
+        ki = self.evals_per_call(i)
+        m = self.models[i]
+        outs = [m.draw_logits(x, k) for k in range(ki)] if ki > 1 else [self.logits(x, i)]
+        return [outs[k % len(outs)] for k in range(K)]
+
+    def _combine(self, outs: list[torch.Tensor], w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.ensemble == "logit":
+            return F.cross_entropy(sum(wi * o for wi, o in zip(w, outs)), y, reduction="none")
+        if self.ensemble == "loss":
+            return sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, outs))
+        p = sum(wi * F.softmax(o, 1) for wi, o in zip(w, outs))
+        return F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
 
     def grad(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
              idx: Sequence[int] | None = None, weights: torch.Tensor | None = None,

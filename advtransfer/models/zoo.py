@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -56,9 +56,14 @@ class ModelSpec:
         return base
 
     def identity(self, size: str) -> dict:
-        """Everything that determines the trained weights (hashed into ``recipe_hash``)."""
-        return {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
-                "num_classes": self.num_classes, "recipe": self.resolved_recipe(size)}
+        """Everything that determines the trained weights (hashed into ``recipe_hash``); for a
+        recipe continuing from another entry (``init_from``) that entry's hash too."""
+        ident = {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
+                 "num_classes": self.num_classes, "recipe": self.resolved_recipe(size)}
+        base = ident["recipe"].get("init_from")
+        if base:
+            ident["init_from_hash"] = get_spec(base).recipe_hash(size)
+        return ident
 
     def recipe_hash(self, size: str) -> str:
         return short_hash(self.identity(size))
@@ -120,8 +125,23 @@ def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
     return specs
 
 
+def split_checkpoint(name: str) -> tuple[str, int | None]:
+    """``'resnet20_std@epoch2'`` → ``('resnet20_std', 2)``; a plain name → ``(name, None)``."""
+    base, sep, tail = name.partition("@")
+    if not sep:
+        return name, None
+    if not (tail.startswith("epoch") and tail[5:].isdigit()):
+        raise UserError(f"model {name!r}: a checkpoint is named <entry>@epoch<k>, like resnet20_std@epoch2")
+    return base, int(tail[5:])
+
+
 def get_spec(name: str, specs: dict[str, ModelSpec] | None = None) -> ModelSpec:
+    """The entry ``name``; ``<entry>@epoch<k>`` is the checkpoint kept after epoch k of a recipe
+    with ``keep_epochs`` (kind ``es``, early stopping), trained together with its entry."""
     specs = load_specs() if specs is None else specs
+    base, epoch = split_checkpoint(name)
+    if epoch is not None:
+        return replace(get_spec(base, specs), name=name, kind="es")
     if name not in specs:
         raise UserError(suggest(name, list(specs), "model") + "; models are declared in surrogates/*.yaml and victims/*.yaml")
     return specs[name]
@@ -178,19 +198,33 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     from ..utils import versions
 
     size = size or default_size()
+    base, epoch = split_checkpoint(spec.name)
+    if epoch is not None:  # a checkpoint is written by training its entry
+        if not is_trained(get_spec(base), size, cache):
+            train_spec(get_spec(base), size, cache, data_dir, device, progress)
+        card = read_card(spec.name, size, cache)
+        if card is None:
+            raise UserError(f"{spec.name!r}: entry {base!r} keeps no checkpoint after epoch {epoch}; "
+                            f"add {epoch} to its recipe's keep_epochs")
+        return card
     recipe = dict(spec.resolved_recipe(size), _name=spec.name)
     train = load_dataset(spec.dataset, "train", data_dir)
     test = load_dataset(spec.dataset, "test", data_dir)
     net = spec.build()
+    if recipe.get("init_from"):
+        ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
+        start = load_model(recipe["init_from"], size, cache)
+        net.load_state_dict(start.state_dict())
     t0 = time.perf_counter()
     out = train_from_recipe(net, recipe, train, device, progress)
     train_s = time.perf_counter() - t0
     x, y, _ = eval_subset(test, min(1000, len(test)))
     accs = {}
-    for member, sd in out.states.items():
-        net.load_state_dict(sd)
+    for member in out.meta.get("model_members", list(out.states)):
+        net.load_state_dict(out.states[member])
         accs[member] = accuracy(net.to(device), x, y, device=device)
     weights, card_path = _paths(spec.name, size, cache)
+    epochs_kept = _write_checkpoints(spec, size, cache, out, net, x, y, device)
     with atomic_path(weights) as tmp:
         save_file(_state_to_flat(out.states), str(tmp))
     recipe.pop("_name")
@@ -202,11 +236,44 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
         "clean_acc_members": accs if list(accs) != [""] else None, "clean_acc_images": "test 0-999",
         "train_s": round(train_s, 2), "sha256": sha256_file(weights),
         "n_params": sum(p.numel() for p in net.parameters()), "meta": out.meta,
+        "surrogate_params": out.meta.get("surrogate_params", {}), "epochs_kept": epochs_kept,
         "versions": versions(), "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
     }
     atomic_write_text(card_path, json.dumps(card, indent=2, default=float))
     return card
+
+
+def _write_checkpoints(spec: ModelSpec, size: str, cache, out, net: nn.Module, x, y, device: str) -> list[int]:
+    """Store ``out.checkpoints`` as entries ``<name>@epoch<k>`` (weights + card of kind ``es``)."""
+    from safetensors.torch import save_file
+
+    from ..training.base import accuracy
+    from ..utils import versions
+
+    kept = []
+    for key, sd in out.checkpoints.items():
+        epoch = int(key[len("epoch"):])
+        name = f"{spec.name}@{key}"
+        net.load_state_dict(sd)
+        weights, card_path = _paths(name, size, cache)
+        with atomic_path(weights) as tmp:
+            save_file({k: v.contiguous() for k, v in sd.items()}, str(tmp))
+        epochs = int(spec.resolved_recipe(size)["epochs"])
+        card = {
+            "card_version": CARD_VERSION, "name": name, "arch": spec.arch, "arch_kwargs": spec.arch_kwargs,
+            "family": spec.family, "kind": "es", "dataset": spec.dataset, "size": size,
+            "recipe": spec.resolved_recipe(size), "recipe_hash": spec.recipe_hash(size), "members": [""],
+            "clean_acc": accuracy(net.to(device), x, y, device=device), "clean_acc_members": None,
+            "clean_acc_images": "test 0-999", "sha256": sha256_file(weights), "checkpoint_of": spec.name,
+            "surrogate_params": {"epoch": epoch, "epochs": epochs, **{k: v for k, v in out.meta.get(
+                "surrogate_params", {}).items() if k != "epochs"}},
+            "versions": versions(), "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": device,
+        }
+        atomic_write_text(card_path, json.dumps(card, indent=2, default=float))
+        kept.append(epoch)
+    return sorted(kept)
 
 
 def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | os.PathLike | None = None,

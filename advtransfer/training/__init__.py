@@ -1,9 +1,12 @@
 """Training methods for zoo models, registered by the recipe's ``method``.
 
 A trainer is ``fn(net, recipe, data, device, progress) -> TrainOutput`` where ``net`` is a freshly
-built :class:`~advtransfer.models.ImageClassifier` (pixels in [0,1]) and ``data`` the training split.
+built :class:`~advtransfer.models.ImageClassifier` (pixels in [0,1]) and ``data`` the training split
+(for ``init_from`` recipes the zoo has loaded the starting weights into ``net``).
+Methods: standard (with ``keep_epochs`` for early-stopped entries), fgsm_at, sam, lgv, swag, csgld.
 """
 from .base import TRAINERS, TrainOutput, train_from_recipe
 from . import standard  # noqa: F401  (registers 'standard' and 'fgsm_at')
+from . import csgld, lgv, sam, swag  # noqa: F401  (surrogate-training methods)
 
 __all__ = ["TRAINERS", "TrainOutput", "train_from_recipe"]

@@ -19,10 +19,15 @@ class TrainOutput:
     """What a trainer returns: one or more weight sets (a collection) and metadata for the card.
 
     ``states`` maps a member name to a state dict; a single model uses the name ``""``.
+    ``checkpoints`` maps ``epoch<k>`` to the state after epoch k (recipe ``keep_epochs``); the zoo
+    stores each as its own entry ``<name>@epoch<k>`` (an early-stopped surrogate).
+    ``meta['model_members']`` may list the members that are networks (SWAG also stores moments);
+    ``meta['surrogate_params']`` holds the method's parameters for the results table.
     """
 
     states: dict[str, dict[str, torch.Tensor]]
     meta: dict[str, Any] = field(default_factory=dict)
+    checkpoints: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 Trainer = Callable[[nn.Module, dict, Split, str, bool], TrainOutput]
@@ -124,3 +129,30 @@ def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "
     """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``)."""
     method = recipe.get("method", "standard")
     return TRAINERS.get(method)(net, recipe, data, device, progress)
+
+
+@torch.no_grad()
+def refresh_batchnorm(net: nn.Module, x: torch.Tensor, batch_size: int = 256) -> nn.Module:
+    """Recompute every BatchNorm's running mean/variance as the plain average over ``x`` (pixels in
+    [0,1], N×C×H×W) in train mode; leaves ``net`` in eval mode. Needed after weights are averaged
+    or sampled (SWAG), whose stored statistics belong to other weights."""
+    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return net.eval()
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches below
+    net.train()
+    dev = next(net.parameters()).device
+    for s in range(0, len(x), batch_size):
+        net(x[s:s + batch_size].to(dev))
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
+    return net.eval()
+
+
+def bn_images(data: Split, recipe: dict, n: int = 2048) -> torch.Tensor:
+    """The first ``n`` training images of the recipe's subset (no augmentation), for BN refresh."""
+    idx = training_subset(data, recipe)[:n]
+    return data.tensors(idx)[0]

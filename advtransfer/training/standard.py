@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..data import Split
+from ..errors import UserError
 from ..utils import parse_fraction
 from .base import (TRAINERS, TrainOutput, batches, lr_at, make_optimizer, steps_per_epoch,
                    training_subset)
@@ -25,11 +26,14 @@ def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: flo
 
 
 def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
-        make_batch=None, on_epoch_end=None) -> TrainOutput:
+        make_batch=None, on_epoch_end=None, backward=None, lr_fn=None, after_step=None) -> TrainOutput:
     """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar.
 
     ``make_batch(x, y, gen)`` may replace the clean batch (adversarial training);
-    ``on_epoch_end(epoch, net)`` may record checkpoints.
+    ``on_epoch_end(epoch, net)`` may record checkpoints; ``backward(net, x, y, label_smoothing)``
+    may replace the forward/backward pass (it fills ``.grad`` and returns the loss: SAM);
+    ``lr_fn(step, total)`` may replace the recipe's schedule (cSGLD); ``after_step(step, total,
+    net, lr)`` runs after each optimiser step (Langevin noise, LGV snapshots, SWAG moments).
     """
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     torch.manual_seed(int(recipe.get("seed", 0)))
@@ -44,35 +48,56 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     bar = tqdm(total=total, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
                leave=False, mininterval=1.0)
     loss_ema = None
+    keep = {int(e) for e in recipe.get("keep_epochs", [])}
+    bad = sorted(e for e in keep if not 1 <= e <= epochs)
+    if bad:
+        raise UserError(f"keep_epochs {bad} outside 1..{epochs} (the recipe's epochs)")
+    checkpoints: dict[str, dict[str, torch.Tensor]] = {}
     for epoch in range(epochs):
         for x, y in batches(data, idx, bs, gen, aug):
             x, y = x.to(device), y.to(device)
             if make_batch is not None:
                 x = make_batch(x, y, gen)
             for grp in opt.param_groups:
-                grp["lr"] = lr_at(step, total, recipe)
-            loss = F.cross_entropy(net(x), y, label_smoothing=float(recipe.get("label_smoothing", 0.0)))
+                grp["lr"] = lr = lr_at(step, total, recipe) if lr_fn is None else lr_fn(step, total)
+            ls = float(recipe.get("label_smoothing", 0.0))
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if backward is None:
+                loss = F.cross_entropy(net(x), y, label_smoothing=ls)
+                loss.backward()
+            else:
+                loss = backward(net, x, y, ls)
             opt.step()
             step += 1
+            if after_step is not None:
+                after_step(step, total, net, lr)
             lv = loss.item()
             loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
             bar.update(1)
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, net)
+        if epoch + 1 in keep:
+            checkpoints[f"epoch{epoch + 1}"] = _state(net)
     bar.close()
     net.eval()
-    return TrainOutput({"": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}},
-                       {"steps": step, "final_train_loss": loss_ema})
+    return TrainOutput({"": _state(net)}, {"steps": step, "final_train_loss": loss_ema},
+                       checkpoints=checkpoints)
+
+
+def _state(net: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of ``net``'s state dict."""
+    return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
 
 
 @TRAINERS.register("standard")
 def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                    progress: bool = True) -> TrainOutput:
-    """Plain supervised training with the recipe's optimiser and schedule."""
-    return fit(net, recipe, data, device, progress)
+    """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
+    early-stopped checkpoints as entries ``<name>@epoch<k>``."""
+    out = fit(net, recipe, data, device, progress)
+    out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"])}
+    return out
 
 
 @TRAINERS.register("fgsm_at")

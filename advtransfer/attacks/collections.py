@@ -1,0 +1,202 @@
+"""Multi-sample surrogates: a zoo entry holding a collection of weights (LGV snapshots, cSGLD
+samples) or a SWAG posterior, used as one member of a :class:`~.base.SurrogateSet`.
+
+Per attack iteration (``SurrogateSet.advance``) a collection draws ``per_step`` = K weight sets:
+K = 1 takes the next member of a shuffled cycle (as LGV and cSGLD do); K > 1 makes the set average
+the *input gradients of the loss* over the K draws (the loss is averaged over draws, never the
+logits), costing K gradient evaluations per call (``evals_per_call``). ``reset`` (start of an
+attack) reseeds the draws, so every batch of a cell sees the same sequence. A SWAG collection
+samples fresh weights at each draw and refreshes BatchNorm statistics on training images.
+Predictions (``mean_logits``) use the mean over all members (SWAG: the mean weights).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+
+from ..errors import UserError
+
+COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",
+                      "seed": "seed of the shuffled cycle / SWAG samples",
+                      "scale": "SWAG sample scale s", "mode": "SWAG diag or lowrank",
+                      "bn_images": "training images for SWAG BatchNorm refresh (0: none)"}
+
+
+def check_options(options: dict, source: str = "") -> None:
+    """Raise a UserError for unknown or invalid collection options."""
+    unknown = set(options) - set(COLLECTION_OPTIONS)
+    if unknown:
+        raise UserError(f"{source}unknown surrogate options {sorted(unknown)}; allowed: {sorted(COLLECTION_OPTIONS)}")
+    if "per_step" in options and (not isinstance(options["per_step"], int) or options["per_step"] < 1):
+        raise UserError(f"{source}per_step must be a positive integer, got {options['per_step']!r}")
+    if "mode" in options and options["mode"] not in ("diag", "lowrank"):
+        raise UserError(f"{source}SWAG mode must be diag or lowrank, got {options['mode']!r}")
+
+
+class _Collection(nn.Module):
+    """Shared draw bookkeeping: lazy draws per iteration, deterministic reseeding."""
+
+    def __init__(self, per_step: int, seed: int) -> None:
+        super().__init__()
+        self.per_step = int(per_step)
+        self.seed = int(seed)
+        self.draw_count = 0  # weight sets drawn since the last reset (for tests and logs)
+        self.reset()
+
+    @property
+    def evals_per_call(self) -> int:
+        return self.per_step
+
+    def reset(self) -> None:
+        self._gen = torch.Generator().manual_seed(self.seed)
+        self._current: list[nn.Module] | None = None
+        self.draw_count = 0
+        self._restart()
+
+    def _restart(self) -> None:
+        pass
+
+    def advance(self) -> None:
+        self._current = None  # drawn lazily at the next forward pass
+
+    def draws(self) -> list[nn.Module]:
+        """The K modules of the current iteration."""
+        if self._current is None:
+            self._current = [self._draw(k) for k in range(self.per_step)]
+            self.draw_count += self.per_step
+        return self._current
+
+    def _draw(self, k: int) -> nn.Module:
+        raise NotImplementedError
+
+    def draw_logits(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Logits of draw ``k`` (0..K−1) of the current iteration; x pixels in [0,1]."""
+        return self.draws()[k](x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.draw_logits(x, 0)
+
+
+class MemberCollection(_Collection):
+    """A list of trained weight sets (LGV, cSGLD); each iteration takes the next K of a shuffled
+    cycle over the members (a new permutation when one is used up)."""
+
+    def __init__(self, members: Sequence[nn.Module], per_step: int = 1, seed: int = 0) -> None:
+        if not members:
+            raise UserError("a collection needs at least one member")
+        if not 1 <= per_step <= len(members):
+            raise UserError(f"per_step must be within 1..{len(members)} (the collection's members), got {per_step}")
+        self._members = list(members)
+        super().__init__(per_step, seed)
+        self.members = nn.ModuleList(members)
+
+    def _restart(self) -> None:
+        self._queue: list[int] = []
+        self.order: list[int] = []  # member indices drawn since reset
+
+    def _draw(self, k: int) -> nn.Module:
+        if not self._queue:
+            self._queue = torch.randperm(len(self._members), generator=self._gen).tolist()
+        i = self._queue.pop(0)
+        self.order.append(i)
+        return self._members[i]
+
+    @torch.no_grad()
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(x) for m in self._members]).mean(0)
+
+
+class SWAGCollection(_Collection):
+    """SWAG posterior: each draw samples θ (diag or low-rank, scale s; see
+    :mod:`advtransfer.training.swag`) into a working copy and refreshes its BatchNorm statistics
+    on ``bn_x`` (training images, pixels in [0,1]; None skips the refresh)."""
+
+    def __init__(self, build: Callable[[], nn.Module], mean: dict[str, torch.Tensor], sqmean: dict[str, torch.Tensor],
+                 devs: Sequence[dict[str, torch.Tensor]], scale: float = 1.5, mode: str = "diag",
+                 per_step: int = 1, seed: int = 0, bn_x: torch.Tensor | None = None, device: str = "cpu") -> None:
+        if mode not in ("diag", "lowrank"):
+            raise UserError(f"SWAG mode must be diag or lowrank, got {mode!r}")
+        if mode == "lowrank" and len(devs) < 2:
+            raise UserError("low-rank SWAG needs at least 2 deviation columns; train with more collections")
+        self.names = list(sqmean)
+        self.mean_w = {n: mean[n].to(device) for n in self.names}
+        self.std = {n: (sqmean[n].to(device) - self.mean_w[n] ** 2).clamp_min(0).sqrt() for n in self.names}
+        self.dev = {n: torch.stack([d[n] for d in devs]).to(device) for n in self.names} if mode == "lowrank" else {}
+        self.rank = len(devs)
+        self.scale, self.mode, self.bn_x, self.device = float(scale), mode, bn_x, device
+        super().__init__(per_step, seed)
+        self.mean_model = build().to(device)
+        self.mean_model.load_state_dict(mean)
+        self.mean_model.eval()
+        self.workers = nn.ModuleList([build().to(device) for _ in range(per_step)])
+        for w in self.workers:
+            w.load_state_dict(mean)
+            w.eval()
+
+    @torch.no_grad()
+    def sample(self, into: nn.Module) -> nn.Module:
+        """Write one posterior sample into ``into``'s parameters (and refresh its BatchNorm)."""
+        params = dict(into.named_parameters())
+        s = self.scale
+        z2 = torch.randn(self.rank, generator=self._gen).to(self.device) if self.mode == "lowrank" else None
+        for n in self.names:
+            z = torch.randn(self.std[n].shape, generator=self._gen).to(self.device)
+            if self.mode == "diag":
+                w = self.mean_w[n] + s * self.std[n] * z
+            else:
+                low = torch.tensordot(z2, self.dev[n], dims=1) / math.sqrt(2 * (self.rank - 1))
+                w = self.mean_w[n] + s * (math.sqrt(0.5) * self.std[n] * z + low)
+            params[n].copy_(w)
+        if self.bn_x is not None:
+            from ..training.base import refresh_batchnorm
+
+            refresh_batchnorm(into, self.bn_x)
+        return into
+
+    def _draw(self, k: int) -> nn.Module:
+        return self.sample(self.workers[k])
+
+    @torch.no_grad()
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean_model(x)
+
+
+def build_collection(name: str, card: dict, options: dict[str, Any], size: str, cache=None,
+                     device: str = "cpu", data_dir=None) -> tuple[nn.Module, dict]:
+    """The surrogate module of a multi-member or SWAG zoo entry with grid ``options``; returns
+    (module, the effective parameters for the results table)."""
+    from ..models import zoo
+
+    check_options(options, f"surrogate {name}: ")
+    params = dict(card.get("surrogate_params") or {})
+    per_step = int(options.get("per_step", 1))
+    seed = int(options.get("seed", 0))
+    if card.get("kind") == "swag":
+        spec, _card, states = zoo.load_states(name, size, cache)
+        devs = [states[k] for k in sorted(states) if k.startswith("dev")]
+        scale = float(options.get("scale", params.get("scale", 1.5)))
+        mode = options.get("mode", params.get("mode", "diag"))
+        n_bn = int(options.get("bn_images", 512))
+        bn_x = None
+        if n_bn > 0:
+            from ..data import load_dataset
+            from ..training.base import bn_images
+
+            bn_x = bn_images(load_dataset(spec.dataset, "train", data_dir), card["recipe"], n_bn)
+        module = SWAGCollection(spec.build, states["mean"], states["sqmean"], devs, scale, mode, per_step,
+                                seed, bn_x, device)
+        params.update(scale=scale, mode=mode, bn_images=n_bn)
+    else:
+        members = zoo.load_members(name, size, cache, device)
+        module = MemberCollection(members, per_step, seed)
+        params["K"] = len(members)
+    params.update(per_step=per_step, seed=seed)
+    return module, params
+
+
+def is_collection(card: dict) -> bool:
+    """Whether a zoo card describes a multi-sample surrogate (several members, or SWAG)."""
+    return card.get("kind") == "swag" or len(card.get("members", [""])) > 1

@@ -1,0 +1,43 @@
+"""LGV (Gubri et al. 2022): from a trained model, keep training at a constant high learning rate
+and collect K weight snapshots along the way; the attack uses one snapshot per iteration.
+
+The zoo loads the starting weights from the entry named by the recipe's ``init_from``.
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from ..data import Split
+from ..errors import UserError
+from .base import TRAINERS, TrainOutput
+from .standard import _state, fit
+
+
+def snapshot_steps(total: int, k: int) -> list[int]:
+    """Optimiser steps (1-based, after the step) at which K evenly spaced snapshots are taken;
+    the last one is the final step."""
+    return sorted({max(1, round(total * (j + 1) / k)) for j in range(k)})
+
+
+@TRAINERS.register("lgv")
+def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
+              progress: bool = True) -> TrainOutput:
+    """Constant learning rate ``lr`` (about 4× the usual final rate) for ``epochs`` epochs from the
+    ``init_from`` weights, ``snapshots_per_epoch`` copies per epoch (members ``s00``, ``s01``, ...)."""
+    if not recipe.get("init_from"):
+        raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r} needs init_from: a trained zoo entry to start from")
+    epochs = int(recipe["epochs"])
+    k = epochs * int(recipe.get("snapshots_per_epoch", 4))
+    snaps: dict = {}
+    marks: list[int] = []
+
+    def after_step(step: int, total: int, net: nn.Module, lr: float) -> None:
+        if not marks:
+            marks.extend(snapshot_steps(total, k))
+        if step in marks:
+            snaps[f"s{len(snaps):02d}"] = _state(net)
+
+    out = fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
+    meta = {**out.meta, "surrogate_params": {"K": len(snaps), "lr": float(recipe["lr"]), "epochs": epochs,
+                                             "init_from": recipe["init_from"]}}
+    return TrainOutput(snaps, meta)

@@ -1,0 +1,235 @@
+"""Surrogate-training methods (standard with kept epochs, SAM, LGV, SWAG, cSGLD) trained at ci
+size on real CIFAR-10, and attacks over multi-sample surrogates (ε-ball, gradient counts)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from advtransfer.attacks import ATTACKS, create_attack
+from advtransfer.attacks.base import SurrogateSet
+from advtransfer.attacks.collections import MemberCollection, build_collection
+from advtransfer.errors import UserError
+from advtransfer.models import zoo
+from advtransfer.training.base import accuracy
+from advtransfer.training.csgld import csgld_lr, cycle_position, sample_steps
+from advtransfer.training.sam import sam_backward
+
+
+@pytest.fixture(scope="session")
+def st_models(cache_dir):
+    """The ci-size surrogate-training entries, trained once per session (about a minute)."""
+    names = ["resnet20_std", "resnet20_sam05", "resnet20_lgv", "resnet20_swag", "resnet20_csgld"]
+    zoo.ensure_trained(names, "ci", progress=False, log=lambda *_: None)
+    return {n: zoo.read_card(n, "ci") for n in names}
+
+
+def _flat(m: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in m.parameters()])
+
+
+def test_sam_step_takes_gradient_at_perturbed_weights(test_data):
+    from advtransfer.models.archs import ImageClassifier, build_arch
+
+    x, y, _ = test_data
+    x, y = x[:64], y[:64]
+    torch.manual_seed(0)
+    net = ImageClassifier(build_arch("tinycnn")).train()
+    w0 = [p.detach().clone() for p in net.parameters()]
+    bn0 = net.net[0][1].running_mean.clone()
+    # plain gradient at w
+    g_plain = torch.autograd.grad(F.cross_entropy(net(x), y), list(net.parameters()))
+    bn_after_one = net.net[0][1].running_mean.clone()
+    net.net[0][1].running_mean.copy_(bn0)
+    # manual SAM gradient: at w + rho * g / ||g||
+    rho = 0.5
+    norm = torch.norm(torch.stack([g.norm() for g in g_plain]))
+    with torch.no_grad():
+        for p, g in zip(net.parameters(), g_plain):
+            p.add_(rho * g / norm)
+    g_manual = torch.autograd.grad(F.cross_entropy(net(x), y), list(net.parameters()))
+    with torch.no_grad():
+        for p, w in zip(net.parameters(), w0):
+            p.copy_(w)
+    net.net[0][1].running_mean.copy_(bn0)
+    for p in net.parameters():
+        p.grad = None
+    sam_backward(rho)(net, x, y, 0.0)
+    g_sam = [p.grad for p in net.parameters()]
+    # weights are restored exactly, the gradient is the perturbed one, and BN moved once only
+    assert all(torch.equal(p, w) for p, w in zip(net.parameters(), w0))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_sam, g_manual))
+    diff = sum(float((a - b).norm()) for a, b in zip(g_sam, g_plain))
+    assert diff > 1e-3, "a radius of 0.5 must change the gradient"
+    assert torch.allclose(net.net[0][1].running_mean, bn_after_one, atol=1e-6)
+    # rho = 0 is plain SGD's gradient
+    for p in net.parameters():
+        p.grad = None
+    sam_backward(0.0)(net, x, y, 0.0)
+    assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(net.parameters(), g_plain))
+
+
+def test_sam_entry_trains_and_records_rho(st_models):
+    card = st_models["resnet20_sam05"]
+    assert card["kind"] == "sam" and card["surrogate_params"]["rho"] == 0.5
+    std = zoo.load_model("resnet20_std", "ci")
+    sam = zoo.load_model("resnet20_sam05", "ci")
+    # same seed, data and schedule: only the SAM step differs, so the weights must differ
+    assert not torch.allclose(_flat(std), _flat(sam))
+    # large-rho SAM learns slowly (at ci size it stays near chance), but it must not diverge
+    assert math.isfinite(card["meta"]["final_train_loss"]) and card["meta"]["final_train_loss"] < 3.0
+
+
+def test_early_stopped_checkpoint_is_an_entry(st_models, test_data):
+    base = st_models["resnet20_std"]
+    assert base["epochs_kept"] == [1]
+    card = zoo.read_card("resnet20_std@epoch1", "ci")
+    assert card["kind"] == "es" and card["surrogate_params"]["epoch"] == 1
+    early = zoo.load_model("resnet20_std@epoch1", "ci")
+    final = zoo.load_model("resnet20_std", "ci")
+    assert not torch.allclose(_flat(early), _flat(final))
+    assert zoo.is_trained(zoo.get_spec("resnet20_std@epoch1"), "ci")
+    with pytest.raises(UserError, match="keep_epochs"):
+        zoo.ensure_trained(["resnet20_std@epoch7"], "ci", progress=False, log=lambda *_: None)
+    with pytest.raises(UserError, match="@epoch"):
+        zoo.get_spec("resnet20_std@last")
+
+
+def test_lgv_snapshots_differ_and_start_from_the_trained_model(st_models):
+    card = st_models["resnet20_lgv"]
+    members = zoo.load_members("resnet20_lgv", "ci")
+    assert len(members) == card["surrogate_params"]["K"] == 3 and card["kind"] == "lgv"
+    flats = [_flat(m) for m in members]
+    start = _flat(zoo.load_model("resnet20_std", "ci"))
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not torch.allclose(flats[i], flats[j])
+    # a short constant-lr walk: snapshots stay nearer the start than the start is to a fresh init
+    fresh = _flat(zoo.get_spec("resnet20_std").build())
+    assert all(float((f - start).norm()) < float((fresh - start).norm()) for f in flats)
+    assert min(card["clean_acc_members"].values()) > 0.12
+
+
+def test_swag_samples_differ_from_mean_yet_classify(st_models, test_data):
+    x, y, _ = test_data
+    card = st_models["resnet20_swag"]
+    for mode in ("diag", "lowrank"):
+        coll, params = build_collection("resnet20_swag", card, {"mode": mode, "scale": 1.0, "bn_images": 256}, "ci")
+        assert params["mode"] == mode
+        mean_acc = accuracy(coll.mean_model, x, y)
+        coll.reset()
+        a = _flat(coll.draws()[0]).clone()
+        acc_a = accuracy(coll.draws()[0], x, y)
+        coll.advance()
+        b = _flat(coll.draws()[0]).clone()
+        assert not torch.allclose(a, _flat(coll.mean_model)) and not torch.allclose(a, b)
+        # a sample at scale 1 is a nearby network: above chance and not far below the mean
+        assert acc_a > 0.12 and acc_a > mean_acc - 0.15, (mode, acc_a, mean_acc)
+        coll.reset()  # reseeding reproduces the sequence of samples
+        assert torch.allclose(_flat(coll.draws()[0]), a)
+
+
+def test_csgld_schedule_is_cyclical(st_models):
+    total, cycles = 100, 4
+    lrs = [csgld_lr(s, total, 0.5, cycles) for s in range(total)]
+    assert [lrs[k * 25] for k in range(cycles)] == [0.5] * cycles  # restarts at lr_max
+    for k in range(cycles):
+        seg = lrs[k * 25:(k + 1) * 25]
+        assert all(a > b for a, b in zip(seg, seg[1:])) and seg[-1] < 0.01
+    marks = sample_steps(total, cycles, 3, 0.2)
+    assert len(marks) == 12 and all(cycle_position(m - 1, total, cycles) >= 0.8 for m in marks)
+    card = st_models["resnet20_csgld"]
+    trace = card["meta"]["lr_trace"]
+    restarts = sum(b > a for a, b in zip(trace, trace[1:]))
+    assert restarts == card["surrogate_params"]["cycles"] - 1 == 1
+    assert len(card["members"]) == 4 and card["kind"] == "csgld"
+
+
+def _lgv_collection(per_step: int) -> MemberCollection:
+    return MemberCollection(zoo.load_members("resnet20_lgv", "ci"), per_step=per_step, seed=0)
+
+
+def test_shuffled_cycle_visits_every_member(st_models):
+    c = _lgv_collection(1)
+    seen = []
+    for _ in range(6):
+        c.advance()
+        c.draws()
+    seen = list(c.order)
+    assert sorted(seen[:3]) == [0, 1, 2] and sorted(seen[3:]) == [0, 1, 2]
+    c.reset()
+    for _ in range(6):
+        c.advance()
+        c.draws()
+    assert c.order == seen
+
+
+def test_averaging_k_members_averages_input_gradients(st_models, test_data):
+    x, y, _ = test_data
+    x, y = x[:16], y[:16]
+    members = zoo.load_members("resnet20_lgv", "ci")
+    S = SurrogateSet(MemberCollection(members, per_step=3))
+    S.reset()
+    S.advance()
+    g = S.grad(x, y)
+    assert S.grad_evals == 3
+    singles = []
+    for m in members:
+        xg = x.clone().requires_grad_(True)
+        (gi,) = torch.autograd.grad(F.cross_entropy(m(xg), y, reduction="sum"), xg)
+        singles.append(gi)
+    assert torch.allclose(g, torch.stack(singles).mean(0), atol=1e-6)
+    # and that is not the gradient of the cross-entropy of the mean logits
+    xg = x.clone().requires_grad_(True)
+    (gm,) = torch.autograd.grad(F.cross_entropy(torch.stack([m(xg) for m in members]).mean(0), y,
+                                                reduction="sum"), xg)
+    assert not torch.allclose(g, gm, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS.names()) if hasattr(ATTACKS, "names") else [])
+def test_every_attack_over_a_collection_keeps_ball_and_counts(name, st_models, test_data, trained):
+    x, y, idx = test_data
+    x, y, idx = x[:8], y[:8], idx[:8]
+    eps = 4 / 255
+    plain = trained("resnet20_b")
+    for per_step, extra in ((1, []), (2, []), (2, [plain])):
+        S = SurrogateSet([_lgv_collection(per_step), *extra])
+        attack = create_attack(name, eps=eps, steps=2)
+        xa = attack(S, x, y, idx)
+        assert float((xa - x).abs().max()) <= eps + 1e-6 and 0 <= float(xa.min()) and float(xa.max()) <= 1
+        per_call = per_step + len(extra)
+        assert S.grad_evals == attack.grad_evals_formula(1) * per_call, (name, per_step, len(extra))
+
+
+def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):
+    import pandas as pd
+    import yaml
+
+    from advtransfer.grid import load_grid
+    from advtransfer.runner import run_grid
+
+    grid = {"name": "st", "n": 10, "size": "ci", "batch_size": 10, "eps": ["8/255"], "defaults": {"steps": 2},
+            "attacks": {"ifgsm": {}},
+            "surrogates": ["resnet20_std@epoch1", "resnet20_sam05", "resnet20_csgld",
+                           {"models": ["resnet20_lgv"], "name": "lgv_k2", "per_step": 2},
+                           {"models": ["resnet20_swag"], "name": "swag_lr", "mode": "lowrank", "scale": 1.5}],
+            "victims": ["resnet20_std"]}
+    path = tmp_path / "st.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    run = run_grid(load_grid(str(path)), out=tmp_path / "run", progress=False, log=lambda *_: None)
+    df = pd.read_parquet(run / "results.parquet").set_index("surrogate")
+    assert df.loc["resnet20_std@epoch1", "surrogate_kind"] == "es"
+    assert json.loads(df.loc["resnet20_sam05", "surrogate_params"])["rho"] == 0.5
+    assert df.loc["resnet20_csgld", "surrogate_kind"] == "csgld"
+    assert df.loc["lgv_k2", "grad_evals"] == 4 and json.loads(df.loc["lgv_k2", "surrogate_params"])["per_step"] == 2
+    assert df.loc["resnet20_csgld", "grad_evals"] == 2
+    p = json.loads(df.loc["swag_lr", "surrogate_params"])
+    assert df.loc["swag_lr", "surrogate_kind"] == "swag" and p["mode"] == "lowrank" and p["scale"] == 1.5
+    assert (df["linf_max"] <= 8 / 255 + 1e-6).all()
+    bad = dict(grid, surrogates=[{"models": ["resnet20_std"], "per_step": 2}])
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(UserError, match="collection"):
+        run_grid(load_grid(str(path)), out=tmp_path / "run2", progress=False, log=lambda *_: None)
