@@ -54,8 +54,9 @@ def test_uap_called_as_plain_attack_returns_images_in_the_ball(trained, test_dat
 
 def test_bandit_counts_add_up_to_steps_times_k(trained, craft_images):
     xc, yc, _ = craft_images
-    names = ["resnet20_a", "vgg_a", "resnet20_b"]
-    S = SurrogateSet([trained(n) for n in names], names)
+    # a pool of three arms (the third a second handle on resnet20_a: no extra model to train)
+    names = ["resnet20_a", "vgg_a", "resnet20_a_again"]
+    S = SurrogateSet([trained("resnet20_a"), trained("vgg_a"), trained("resnet20_a")], names)
     attack = create_attack("xtransfer_uap", eps=8 / 255, steps=9, batch=40, n_craft=360, k=2)
     attack.craft_delta(S, xc[:360], yc[:360])
     info = attack.info()
