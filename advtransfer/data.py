@@ -183,7 +183,9 @@ def load_image_folder(root: str | os.PathLike, split: str, size: int = 256, name
     Layout: ``root/<split>/`` holds either a labels file (``labels.txt`` or ``labels.csv``: one
     ``relative/path <class index>`` per line) or one subfolder per class. Subfolders named by
     integers are those class indices; otherwise (ImageNet wnids) the sorted order gives the index,
-    as in torchvision's ImageFolder. Images are squared to ``size``×``size`` (see :class:`FolderImages`).
+    as in torchvision's ImageFolder; images are then ordered round-robin over the classes, so a
+    grid's first n images cover every class (a labels file keeps its own order). Images are squared
+    to ``size``×``size`` (see :class:`FolderImages`).
     """
     folder = Path(root).expanduser() / split
     if not folder.is_dir():
@@ -198,13 +200,15 @@ def load_image_folder(root: str | os.PathLike, split: str, size: int = 256, name
             raise UserError(f"{str(folder)!r} has neither class subfolders nor a labels.txt")
         numeric = all(d.name.isdigit() for d in subdirs)
         order = sorted(subdirs, key=lambda d: int(d.name)) if numeric else subdirs
-        files, labels = [], []
+        per_class = []
         for pos, d in enumerate(order):
             label = int(d.name) if numeric else pos
-            for f in sorted(d.rglob("*")):
-                if f.suffix.lower() in IMAGE_SUFFIXES:
-                    files.append(f)
-                    labels.append(label)
+            per_class.append([(f, label) for f in sorted(d.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES])
+        # round-robin over the classes (first image of every class, then the second, ...), so that
+        # the first n images of a split, as grids take them, cover the classes evenly
+        ranked = sorted(((r, c, f, lab) for c, items in enumerate(per_class) for r, (f, lab) in enumerate(items)),
+                        key=lambda t: (t[0], t[1]))
+        files, labels = [t[2] for t in ranked], [t[3] for t in ranked]
     if not files:
         raise UserError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {str(folder)!r}")
     y = np.asarray(labels, dtype=np.int64)

@@ -166,6 +166,8 @@ def test_image_folder_source(tmp_path, layout):
     x, y, idx = eval_subset(ds, 6)
     assert x.shape == (6, 3, 24, 24) and x.dtype == torch.float32 and 0 <= float(x.min()) <= float(x.max()) <= 1
     # every label and pixel matches its file (shorter side to 24, centre square)
+    if layout != "labels":  # class subfolders are read round-robin over the classes
+        assert y.tolist() == [0, 1, 2, 0, 1, 2]
     by_name = {rel.split("/")[-1]: (label, arr) for rel, label, arr in made}
     for j, f in enumerate(ds.x.files):
         label, arr = by_name[f.name]
@@ -211,3 +213,16 @@ def test_imagenet_style_grid_with_random_init_models(tmp_path, zoo_dir, monkeypa
     assert set(df["victim_family"]) == {"timm", "clip"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["zoo"]["tiny_clip_random"]["kind"] == "random_init"
+
+
+def test_zoo_cli_lists_pretrained_entries_and_a_named_offline_one_fails(zoo_dir, capsys):
+    from advtransfer.cli import main
+
+    assert main(["zoo", "list", "--size", "ci"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("clip_offline"))
+    assert "pretrained laion2b_s34b_b79k" in line and "not loaded yet" in line
+    # naming an offline pretrained entry fails with exit code 2 and one line on stderr
+    assert main(["zoo", "train", "clip_offline", "--size", "ci"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("advtransfer: error:") and "\n" not in err
