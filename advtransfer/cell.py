@@ -25,6 +25,7 @@ class CraftResult:
     grad_evals: int          # per image
     craft_s: float
     surrogate_correct: torch.Tensor  # bool N: surrogate set right on clean x
+    info: dict | None = None  # universal cells: n_craft and the attack's records (bandit counts)
 
 
 def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: int = 10) -> torch.Tensor:

@@ -134,17 +134,23 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if args.zoo_cmd == "train":
         device = _setup_env(args)
         size = args.size or default_size()
-        names = args.names or list(zoo.load_specs())
+        # by default every entry the harness trains; pretrained (open_clip, timm) entries load when named
+        names = args.names or [n for n, s in zoo.load_specs().items() if s.pretrained is None]
         cards = zoo.ensure_trained(names, size, args.cache_dir, args.data_dir, device, not args.no_progress)
         for c in cards:
-            print(f"{c['name']:16s} {c['arch']:10s} {c['family']:9s} acc {c['clean_acc']:.3f}  {c['train_s']:.0f} s")
+            acc = "acc   n/a" if c.get("clean_acc") is None else f"acc {c['clean_acc']:.3f}"
+            print(f"{c['name']:16s} {c['arch']:10s} {c['family']:9s} {acc}  {c['train_s']:.0f} s")
         return 0
     if args.zoo_cmd == "list":
         size = args.size or default_size()
         for name, spec in zoo.load_specs().items():
             card = zoo.read_card(name, size, args.cache_dir)
             state = "missing"
-            if card is not None:
+            if spec.pretrained is not None:
+                tag = spec.pretrained.get("tag") or spec.pretrained.get("weights") or "random init (tests only)"
+                state = f"pretrained {tag}: " + ("loaded" if card is not None and card.get("recipe_hash") == spec.recipe_hash(size)
+                                                 else "not loaded yet (needs internet or a weights file)")
+            elif card is not None:
                 state = (f"acc {card['clean_acc']:.3f}" if card.get("recipe_hash") == spec.recipe_hash(size)
                          else "stale (recipe changed)")
             print(f"{name:16s} {spec.arch:10s} {spec.family:9s} {spec.kind:8s} {size}: {state}")

@@ -119,7 +119,124 @@ def load_cifar10(split: str = "test", data_dir: str | os.PathLike | None = None,
     return Split("cifar10", split, x, y, classes, lossless)
 
 
-DATASETS = {"cifar10": load_cifar10}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".ppm")
+
+
+class FolderImages:
+    """Images of an image folder, read on demand: ``images[idx]`` → uint8 array N×S×S×3.
+
+    Each image is converted to RGB, its shorter side resized to ``size`` (bicubic) and the centre
+    S×S square kept, so every image has the same shape; the models' own resize/crop (their data
+    config) happens inside the model wrappers.
+    """
+
+    def __init__(self, files: list[Path], size: int) -> None:
+        self.files, self.size = files, int(size)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def load(self, i: int) -> np.ndarray:
+        from PIL import Image
+
+        try:
+            with Image.open(self.files[i]) as im:
+                im = im.convert("RGB")
+                w, h = im.size
+                r = self.size / min(w, h)
+                im = im.resize((max(self.size, round(w * r)), max(self.size, round(h * r))), Image.BICUBIC)
+                w, h = im.size
+                left, top = (w - self.size) // 2, (h - self.size) // 2
+                return np.asarray(im.crop((left, top, left + self.size, top + self.size)), dtype=np.uint8)
+        except OSError as exc:
+            raise UserError(f"cannot read image {str(self.files[i])!r} ({exc})") from None
+
+    def __getitem__(self, idx) -> np.ndarray:
+        idx = np.arange(len(self.files))[idx] if isinstance(idx, slice) else np.atleast_1d(np.asarray(idx))
+        out = np.empty((len(idx), self.size, self.size, 3), dtype=np.uint8)
+        for j, i in enumerate(idx.tolist()):
+            out[j] = self.load(int(i))
+        return out
+
+
+def _read_labels_file(folder: Path, path: Path) -> tuple[list[Path], list[int]]:
+    files, labels = [], []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.replace(",", " ").split()
+        if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+            raise UserError(f"{path}:{n}: expected 'relative/path.png <class index>', got {line!r}")
+        files.append(folder / parts[0])
+        labels.append(int(parts[1]))
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise UserError(f"{path} names {len(missing)} missing files, e.g. {str(missing[0])!r}")
+    return files, labels
+
+
+def load_image_folder(root: str | os.PathLike, split: str, size: int = 256, name: str = "imagefolder",
+                      classes: tuple[str, ...] | None = None) -> Split:
+    """An ImageNet-compatible image folder as a :class:`Split` (images read on demand).
+
+    Layout: ``root/<split>/`` holds either a labels file (``labels.txt`` or ``labels.csv``: one
+    ``relative/path <class index>`` per line) or one subfolder per class. Subfolders named by
+    integers are those class indices; otherwise (ImageNet wnids) the sorted order gives the index,
+    as in torchvision's ImageFolder; images are then ordered round-robin over the classes, so a
+    grid's first n images cover every class (a labels file keeps its own order). Images are squared
+    to ``size``×``size`` (see :class:`FolderImages`).
+    """
+    folder = Path(root).expanduser() / split
+    if not folder.is_dir():
+        raise UserError(f"image folder {str(folder)!r} does not exist; expected {str(root)!r}/<split>/ with "
+                        "class subfolders or a labels.txt")
+    label_files = [folder / f for f in ("labels.txt", "labels.csv") if (folder / f).is_file()]
+    if label_files:
+        files, labels = _read_labels_file(folder, label_files[0])
+    else:
+        subdirs = sorted(d for d in folder.iterdir() if d.is_dir())
+        if not subdirs:
+            raise UserError(f"{str(folder)!r} has neither class subfolders nor a labels.txt")
+        numeric = all(d.name.isdigit() for d in subdirs)
+        order = sorted(subdirs, key=lambda d: int(d.name)) if numeric else subdirs
+        per_class = []
+        for pos, d in enumerate(order):
+            label = int(d.name) if numeric else pos
+            per_class.append([(f, label) for f in sorted(d.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES])
+        # round-robin over the classes (first image of every class, then the second, ...), so that
+        # the first n images of a split, as grids take them, cover the classes evenly
+        ranked = sorted(((r, c, f, lab) for c, items in enumerate(per_class) for r, (f, lab) in enumerate(items)),
+                        key=lambda t: (t[0], t[1]))
+        files, labels = [t[2] for t in ranked], [t[3] for t in ranked]
+    if not files:
+        raise UserError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {str(folder)!r}")
+    y = np.asarray(labels, dtype=np.int64)
+    n_classes = int(y.max()) + 1
+    cls = classes if classes is not None else tuple(str(i) for i in range(n_classes))
+    return Split(name, split, FolderImages(files, size), y, tuple(cls))  # type: ignore[arg-type]
+
+
+def load_imagenet(split: str = "val", data_dir: str | os.PathLike | None = None) -> Split:
+    """ImageNet (or any 1000-class image folder) from ``$ADVTRANSFER_IMAGENET`` (or ``data_dir``
+    if it has a ``<split>/`` folder): ``<root>/<split>/`` in the layout of :func:`load_image_folder`;
+    images squared to ``$ADVTRANSFER_IMAGE_SIZE`` (default 256: the models crop their own 224)."""
+    root = os.environ.get("ADVTRANSFER_IMAGENET")
+    if data_dir and (Path(data_dir) / split).is_dir():
+        root = str(data_dir)
+    if not root:
+        raise UserError("ImageNet needs ADVTRANSFER_IMAGENET pointing at a folder with val/ (and train/ for "
+                        "universal perturbations) holding class subfolders or a labels.txt")
+    try:
+        from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
+
+        classes = tuple(IMAGENET_CLASSNAMES)
+    except ImportError:
+        classes = tuple(str(i) for i in range(1000))
+    return load_image_folder(root, split, int(os.environ.get("ADVTRANSFER_IMAGE_SIZE", 256)), "imagenet", classes)
+
+
+DATASETS = {"cifar10": load_cifar10, "imagenet": load_imagenet}
 
 
 def load_dataset(name: str, split: str = "test", data_dir: str | os.PathLike | None = None) -> Split:

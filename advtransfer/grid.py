@@ -136,8 +136,11 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     if attack:
         chosen = []
         for a in [s.strip() for s in attack.split(",") if s.strip()]:
-            if a in entries:
-                chosen.append(entries[a])
+            # a name selects the entry with that label and every entry running that attack
+            # (e.g. sgd_uap and a targeted sgd_uap_targeted: {attack: sgd_uap, targeted: true})
+            same = [e for e in entries.values() if e.label == a or e.attack == a]
+            if same:
+                chosen.extend(e for e in same if e not in chosen)
             else:
                 ATTACKS.get(a)  # unknown names raise with close matches
                 chosen.append(AttackEntry(a, a, dict(defaults)))

@@ -86,4 +86,7 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
             fig.savefig(path, dpi=150)
             written.append(path)
         plt.close(fig)
+    from .uap import plot_uaps
+
+    written += plot_uaps(run_dir, df)
     return written

@@ -116,10 +116,13 @@ def _cell_fields(spec: GridSpec, cell: Cell, run_id: str, cards: dict[str, dict]
 
 
 def craft_or_load(cell: Cell, spec: GridSpec, store: RunStore, models: ModelCache, x, y, index,
-                  device: str, log: Callable[[str], None]) -> CraftResult:
+                  device: str, log: Callable[[str], None], data_dir=None) -> CraftResult:
     """The cell's adversarial examples: from the cache if present, else crafted and cached."""
+    from .attacks import ATTACKS
     from .grid import resolve_attack
 
+    if ATTACKS.get(cell.attack.attack).universal:
+        return craft_or_load_universal(cell, spec, store, models, x, y, index, device, log, data_dir)
     cached = store.load_adv(cell.cell_id)
     S = build_surrogate_set(cell, models)
     if cached is not None:
@@ -138,6 +141,37 @@ def craft_or_load(cell: Cell, spec: GridSpec, store: RunStore, models: ModelCach
         tensors["target"] = res.target
     store.save_adv(cell.cell_id, tensors, {"cell": cell.config, "grad_evals": res.grad_evals,
                                            "craft_s": res.craft_s, "device": device})
+    return res
+
+
+def craft_or_load_universal(cell: Cell, spec: GridSpec, store: RunStore, models: ModelCache, x, y, index,
+                            device: str, log: Callable[[str], None], data_dir=None) -> CraftResult:
+    """A universal cell: δ crafted on training images 0..n_craft-1, applied to the test subset
+    (see :mod:`advtransfer.uap`); δ is cached with x_adv. ``res.info`` holds n_craft and the
+    attack's records (bandit counts)."""
+    from .grid import resolve_attack
+    from .uap import craft_universal, universal_eval_subset
+
+    attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+    x, y, index = universal_eval_subset(attack, x, y, index)
+    S = build_surrogate_set(cell, models)
+    cached = store.load_adv(cell.cell_id)
+    if cached is not None:
+        t, meta = cached
+        if not torch.equal(t["index"], index):
+            raise RuntimeError(f"cached examples of cell {cell.cell_id} hold other images; delete {store.adv_path(cell.cell_id)}")
+        sur_ok = torch.cat([S.predict(x[i:i + 500].to(device)).cpu() for i in range(0, len(x), 500)]) == y
+        return CraftResult(t["x_adv"], t["index"], t.get("target"), int(meta["grad_evals"]), float(meta["craft_s"]),
+                           sur_ok, meta["info"])
+    n_craft = attack.extra["n_craft"]
+    x_craft, y_craft, _ = eval_subset(load_dataset(spec.dataset, "train", data_dir), n_craft)
+    log(f"crafting universal δ for {describe(cell)} on train images 0..{n_craft - 1} ...")
+    res, delta, info = craft_universal(attack, S, x_craft, y_craft, x, y, index, spec.batch_size, device)
+    tensors = {"x_adv": res.x_adv, "index": res.index, "delta": delta, "y": y, "x_example": x[:1]}
+    if res.target is not None:
+        tensors["target"] = res.target
+    store.save_adv(cell.cell_id, tensors, {"cell": cell.config, "grad_evals": res.grad_evals,
+                                           "craft_s": res.craft_s, "device": device, "info": info})
     return res
 
 
@@ -177,21 +211,28 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
         todo = [v for v in spec.victims if v not in done]
         if not todo:
             continue
-        res = craft_or_load(cell, spec, store, models, x, y, index, device, log)
+        res = craft_or_load(cell, spec, store, models, x, y, index, device, log, data_dir)
         fields = _cell_fields(spec, cell, run_id, cards, sha)
-        dist = distortion(x, res.x_adv)
-        l2 = per_sample_l2(x, res.x_adv)
+        # a targeted universal cell leaves out the test images of its target class
+        keep = torch.isin(index, res.index)
+        xc, yc, ic = x[keep], y[keep], index[keep]
+        info = res.info
+        if info is not None:
+            fields.update(universal=True, n=len(ic), n_craft=int(info["n_craft"]),
+                          bandit_counts=json.dumps(info["bandit_counts"], sort_keys=True) if "bandit_counts" in info else None)
+        dist = distortion(xc, res.x_adv)
+        l2 = per_sample_l2(xc, res.x_adv)
         rows, samples = [], []
         for v in todo:
             model = models.get(v)
             if v not in models.clean_pred:
                 models.clean_pred[v] = predict(model, x, 500, device)
-            row, ps = evaluate(model, x, y, res, models.clean_pred[v], 500, device)
+            row, ps = evaluate(model, xc, yc, res, models.clean_pred[v][keep], 500, device)
             rows.append({**fields, "victim": v, "victim_family": cards[v]["family"],
                          "is_whitebox": v in cell.surrogate.models, "victim_sha": shas[v],
                          **row, **dist, "grad_evals": res.grad_evals, "craft_s": res.craft_s,
                          "device": device, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-            samples.append(pd.DataFrame({"cell_id": cell.cell_id, "victim": v, "index": index.numpy(),
+            samples.append(pd.DataFrame({"cell_id": cell.cell_id, "victim": v, "index": ic.numpy(),
                                          "clean_correct": ps["clean_correct"].numpy(),
                                          "success": ps["success"].numpy(), "adv_pred": ps["adv_pred"].numpy(),
                                          "l2": l2.numpy()}))

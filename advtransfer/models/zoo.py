@@ -42,6 +42,7 @@ class ModelSpec:
     num_classes: int = 10
     kind: str = "single"
     channels_last: bool = True
+    pretrained: dict | None = None  # open_clip / timm pretrained entry (not trained): see models/pretrained.py
     source: str = ""
 
     def resolved_recipe(self, size: str) -> dict:
@@ -57,7 +58,12 @@ class ModelSpec:
 
     def identity(self, size: str) -> dict:
         """Everything that determines the trained weights (hashed into ``recipe_hash``); for a
-        recipe continuing from another entry (``init_from``) that entry's hash too."""
+        recipe continuing from another entry (``init_from``) that entry's hash too; for a
+        pretrained entry its source (architecture, tag or weights file)."""
+        if self.pretrained is not None:
+            from .pretrained import identity
+
+            return identity(self)
         ident = {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
                  "num_classes": self.num_classes, "recipe": self.resolved_recipe(size)}
         base = ident["recipe"].get("init_from")
@@ -84,6 +90,9 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise UserError(f"{source}: each model entry must be a mapping, got {type(entry).__name__}")
     missing = [k for k in _REQUIRED if k not in entry]
+    if "pretrained" in entry:  # not trained by the harness: no recipe
+        missing = [k for k in ("name", "arch", "family") if k not in entry]
+        entry = {"recipe": {}, "kind": "pretrained", **entry}
     if missing:
         raise UserError(f"{source}: model entry {entry.get('name', '?')!r} lacks {', '.join(missing)}")
     known = set(ModelSpec.__dataclass_fields__) - {"source"}
@@ -91,7 +100,11 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
     if extra:
         raise UserError(f"{source}: model {entry['name']!r} has unknown keys {sorted(extra)}; "
                         f"allowed: {sorted(known)}")
-    if not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
+    if "pretrained" in entry:
+        from .pretrained import check_entry
+
+        check_entry(entry["name"], entry["arch"], entry["pretrained"], source)
+    elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
         raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
     return ModelSpec(**{k: entry[k] for k in entry}, source=source)
 
@@ -164,9 +177,49 @@ def read_card(name: str, size: str | None = None, cache: str | os.PathLike | Non
 
 
 def is_trained(spec: ModelSpec, size: str, cache: str | os.PathLike | None = None) -> bool:
+    """Trained (or, for a pretrained entry, loaded once and carded) with the current recipe."""
     card = read_card(spec.name, size, cache)
     weights, _ = _paths(spec.name, size, cache)
-    return card is not None and card.get("recipe_hash") == spec.recipe_hash(size) and weights.is_file()
+    ready = spec.pretrained is not None or weights.is_file()
+    return card is not None and card.get("recipe_hash") == spec.recipe_hash(size) and ready
+
+
+def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+                       data_dir: str | os.PathLike | None = None, device: str = "cpu") -> dict:
+    """Load a pretrained entry once (downloading its weights, or failing with one line offline),
+    measure its clean accuracy on test images 0-999 where the dataset has a test split, and write
+    its card; returns the card."""
+    from ..data import eval_subset, load_dataset
+    from ..training.base import accuracy
+    from ..utils import versions
+    from .pretrained import build_pretrained
+
+    size = size or default_size()
+    t0 = time.perf_counter()
+    model = build_pretrained(spec, device)
+    load_s = time.perf_counter() - t0
+    acc, images = None, None
+    try:
+        test = load_dataset(spec.dataset, "test", data_dir)
+        x, y, _ = eval_subset(test, min(1000, len(test)))
+        acc, images = accuracy(model, x, y, device=device), f"test 0-{len(x) - 1}"
+    except UserError:
+        pass
+    weights = spec.pretrained.get("weights")
+    card = {
+        "card_version": CARD_VERSION, "name": spec.name, "arch": spec.arch, "arch_kwargs": spec.arch_kwargs,
+        "family": spec.family, "kind": "random_init" if spec.pretrained.get("random_init") else "pretrained",
+        "dataset": spec.dataset, "size": size, "pretrained": spec.pretrained, "recipe": None,
+        "recipe_hash": spec.recipe_hash(size), "members": [""], "clean_acc": acc, "clean_acc_images": images,
+        "train_s": 0.0, "load_s": round(load_s, 2),
+        # the checksum of a local weights file, else of the entry (hub weights are pinned by their tag)
+        "sha256": sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size),
+        "n_params": sum(p.numel() for p in model.parameters()), "versions": versions(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
+    }
+    _, card_path = _paths(spec.name, size, cache)
+    atomic_write_text(card_path, json.dumps(card, indent=2, default=float))
+    return card
 
 
 def _state_to_flat(states: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -285,7 +338,10 @@ def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | o
     cards = []
     for name in dict.fromkeys(names):
         spec = get_spec(name, specs)
-        if not is_trained(spec, size, cache):
+        if spec.pretrained is not None and not is_trained(spec, size, cache):
+            log(f"loading pretrained {name} ({spec.arch}) ...")
+            prepare_pretrained(spec, size, cache, data_dir, device)
+        elif not is_trained(spec, size, cache):
             log(f"training {name} ({spec.arch}, size {size}) ...")
             card = train_spec(spec, size, cache, data_dir, device, progress)
             log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on test 0-999, {card['train_s']:.0f} s")
@@ -339,8 +395,14 @@ def load_model(name: str, size: str | None = None, cache: str | os.PathLike | No
     returning logits; the weights' sha256 is checked against the card.
 
     For a collection (several weight sets) this returns its first member; use
-    :func:`load_members` for all of them.
+    :func:`load_members` for all of them. A pretrained entry (open_clip, timm) is built from its
+    hub tag or local weights file and takes pixels in [0,1] at any size.
     """
+    spec = get_spec(name)
+    if spec.pretrained is not None:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(spec, device)
     spec, _card, states = load_states(name, size, cache)
     member = next(iter(states))
     return instantiate(spec, states[member], name).to(device)
@@ -349,5 +411,7 @@ def load_model(name: str, size: str | None = None, cache: str | os.PathLike | No
 def load_members(name: str, size: str | None = None, cache: str | os.PathLike | None = None,
                  device: str = "cpu") -> list[nn.Module]:
     """All weight sets of a zoo entry as eval-mode modules (one for a single model)."""
+    if get_spec(name).pretrained is not None:
+        return [load_model(name, size, cache, device)]
     spec, _card, states = load_states(name, size, cache)
     return [instantiate(spec, sd, f"{name}[{m}]").to(device) for m, sd in states.items()]

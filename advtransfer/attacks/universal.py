@@ -1,0 +1,130 @@
+"""Universal adversarial perturbations (UAPs): one δ (1×C×H×W, pixels) that fools a model on most
+images. Shared loop of :mod:`sgd_uap` and :mod:`xtransfer_uap`.
+
+SGD-UAP (algorithm notes): δ = 0; for each minibatch of the crafting images,
+loss = mean(min(L(f(clip(x + δ)), y), β)) with β = 12; δ ← clip(δ + α_e·sign(∇_δ loss), −ε, ε),
+where α_e = α·decay^epoch. Untargeted: L is the cross-entropy of the true label, ascended.
+Targeted: one target class for every image, L its cross-entropy, descended (the clamp at β keeps a
+few far-away images from dominating in both cases).
+
+``steps`` counts δ updates (one minibatch each); the crafting images (the first ``n_craft`` of
+the *training* split when run by the grid runner) are visited in a seeded shuffled order, epoch
+after epoch. The δ is batch-wide by construction (it is one perturbation for all images); there is
+no per-sample norm to take. Only L∞ is offered.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+from .base import Attack, SurrogateSet
+
+
+class UniversalAttack(Attack):
+    """Base of universal attacks. Parameters besides eps/steps/alpha/targeted/seed:
+
+    ``n_craft`` (images δ is crafted on; the runner takes training images 0..n_craft-1),
+    ``batch`` (images per δ update), ``decay`` (step-size factor per epoch), ``beta`` (loss clamp),
+    ``target_class`` (the one target of a targeted UAP).
+    """
+
+    universal = True
+    norms = ("linf",)
+    default_steps = 40
+    extra_defaults: dict[str, Any] = {"n_craft": 2000, "batch": 100, "decay": 0.7, "beta": 12.0,
+                                      "target_class": 0}
+
+    def default_alpha(self) -> float:
+        return self.eps / 5
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        extra = {}
+        for k, v in self.extra_defaults.items():
+            extra[k] = kwargs.pop(k, v)
+        if kwargs:
+            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; "
+                            f"it takes {sorted(self.extra_defaults)} besides eps, steps, alpha, targeted")
+        for k in ("n_craft", "batch"):
+            if not isinstance(extra[k], int) or extra[k] < 1:
+                raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
+        if not 0 < float(extra["decay"]) <= 1 or float(extra["beta"]) <= 0:
+            raise UserError(f"attack {self.name!r}: decay must be in (0, 1] and beta positive")
+        extra["decay"], extra["beta"] = float(extra["decay"]), float(extra["beta"])
+        extra["target_class"] = int(extra["target_class"])
+        return extra
+
+    def grad_evals_formula(self, n_models: int) -> int:
+        """Gradient evaluations per crafting image (each image is visited steps·batch/n_craft times)."""
+        return math.ceil(self.steps * min(self.extra["batch"], self.extra["n_craft"]) * n_models / self.extra["n_craft"])
+
+    # --- hooks for subclasses -------------------------------------------------------------
+    def start(self, S: SurrogateSet) -> None:
+        """Called once before the first δ update."""
+
+    def members(self, S: SurrogateSet, step: int) -> list[int]:
+        """Indices of the surrogate-set members whose loss this update uses (all by default)."""
+        return list(range(len(S)))
+
+    def after_update(self, S: SurrogateSet, chosen: list[int], before: torch.Tensor, xb: torch.Tensor,
+                     yb: torch.Tensor, delta: torch.Tensor) -> None:
+        """Called after each update with the per-member clamped losses ``before`` (k,) at the old δ."""
+
+    def info(self) -> dict[str, Any]:
+        """What the last crafting run records besides δ (JSON-able)."""
+        return {}
+
+    # --- the loop ----------------------------------------------------------------------------
+    def member_losses(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, chosen: list[int]) -> torch.Tensor:
+        """Clamped per-member losses min(L_i, β), averaged over the batch: shape (len(chosen),)."""
+        out = []
+        for i in chosen:
+            obj = S.objective(x, y, self.targeted, idx=[i])
+            ce = -obj if self.targeted else obj
+            out.append(ce.clamp(max=self.extra["beta"]).mean())
+        return torch.stack(out)
+
+    def craft_delta(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, device: str = "cpu") -> torch.Tensor:
+        """Craft δ (1×C×H×W, in [−ε, ε]) on images ``x`` (N×C×H×W in [0,1], on any device) with
+        labels ``y`` (the true labels; targeted attacks aim at ``target_class``).
+
+        ``S.grad_evals`` afterwards holds the gradient evaluations spent *per crafting image*.
+        """
+        S.ensemble = self.ensemble
+        S.reset()
+        n, bs = len(x), min(self.extra["batch"], len(x))
+        goal = torch.full_like(y, self.extra["target_class"]) if self.targeted else y
+        gen = torch.Generator().manual_seed(self.seed)
+        order = torch.randperm(n, generator=gen)
+        delta = torch.zeros(1, *x.shape[1:], device=device)
+        total_evals, pos, epoch = 0, 0, 0
+        self.start(S)
+        for step in range(self.steps):
+            if pos + bs > n:
+                order, pos, epoch = torch.randperm(n, generator=gen), 0, epoch + 1
+            sel = order[pos:pos + bs]
+            pos += bs
+            xb, yb = x[sel].to(device), goal[sel].to(device)
+            S.advance()
+            chosen = self.members(S, step)
+            d = delta.clone().requires_grad_(True)
+            with torch.enable_grad():
+                losses = self.member_losses(S, (xb + d).clamp(0, 1), yb, chosen)
+                (g,) = torch.autograd.grad(losses.mean(), d)
+            total_evals += bs * sum(S.evals_per_call(i) for i in chosen)
+            sign = -1.0 if self.targeted else 1.0
+            alpha = self.alpha * self.extra["decay"] ** epoch
+            delta = (delta + sign * alpha * g.sign()).clamp(-self.eps, self.eps).detach()
+            self.after_update(S, chosen, losses.detach(), xb, yb, delta)
+        S.grad_evals = math.ceil(total_evals / n)
+        return delta
+
+    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Called as a plain attack: crafts δ on these very images and returns clip(x + δ).
+
+        ``y`` holds true labels (targeted: the target class is ``target_class``, not y)."""
+        delta = self.craft_delta(S, x, y, str(x.device))
+        self.last_delta = delta
+        return (x + delta).clamp(0, 1)
