@@ -204,7 +204,7 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     params.setdefault("norm", spec.norm)
     params.setdefault("targeted", spec.targeted)
     target_evals = params.pop("grad_evals", None)
-    attack = create_attack(entry.attack, eps=eps, seed=seed, **params)
+    attack = create_attack(entry.attack, eps=eps, seed=seed, **_alpha_from_eps(params, eps))
     if spec.budget == "grad_evals":
         if target_evals is None:
             raise UserError(f"{spec.source}: budget grad_evals needs 'grad_evals: N' for attack {entry.label!r}")
@@ -212,15 +212,20 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     return attack
 
 
+def _alpha_from_eps(params: dict, eps: float) -> dict:
+    """``alpha_over_eps: k`` (either budget) sets the step size α = k·ε for every ε of the grid."""
+    p = dict(params)
+    if "alpha_over_eps" in p:
+        p["alpha"] = eps * parse_fraction(p.pop("alpha_over_eps"), "alpha_over_eps")
+    return p
+
+
 def _match_grad_evals(entry: AttackEntry, params: dict, eps: float, seed: int, n_models: int, target: int):
     from .attacks import create_attack
 
     best = None
     for steps in range(1, 10_000):
-        p = {**params, "steps": steps}
-        if "alpha_over_eps" in p:
-            p["alpha"] = eps * float(p.pop("alpha_over_eps"))
-        a = create_attack(entry.attack, eps=eps, seed=seed, **p)
+        a = create_attack(entry.attack, eps=eps, seed=seed, **_alpha_from_eps({**params, "steps": steps}, eps))
         if a.grad_evals_formula(n_models) > target:
             break
         best = a

@@ -88,20 +88,25 @@ class SurrogateSet:
                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """Per-sample attacker objective (N,) over members ``idx`` (all by default), to ascend.
 
+        ``weights``: one weight per member (shape n) or one row per sample (shape N×n, for
+        attacks such as AdaEA that weight the models per image); renormalised over ``idx``.
         ``transform`` (e.g. input diversity) is applied to x before the forward pass.
         """
         idx = list(range(len(self.models))) if idx is None else list(idx)
         if transform is not None:
             x = transform(x)
-        w = (self.weights if weights is None else weights)[idx]
-        w = w / w.sum()
+        w = (self.weights if weights is None else weights)[..., idx].to(x.dtype)
+        w = w / w.sum(-1, keepdim=True)
+        # per member: a scalar, or an N-vector (loss mode) / N×1 column (logit, prob modes)
+        wcol = [w[..., k] for k in range(len(idx))]
+        wrow = [c.unsqueeze(-1) if c.dim() else c for c in wcol]
         outs = [self.logits(x, i) for i in idx]
         if self.ensemble == "logit":
-            ce = F.cross_entropy(sum(wi * o for wi, o in zip(w, outs)), y, reduction="none")
+            ce = F.cross_entropy(sum(wi * o for wi, o in zip(wrow, outs)), y, reduction="none")
         elif self.ensemble == "loss":
-            ce = sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, outs))
+            ce = sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(wcol, outs))
         else:
-            p = sum(wi * F.softmax(o, 1) for wi, o in zip(w, outs))
+            p = sum(wi * F.softmax(o, 1) for wi, o in zip(wrow, outs))
             ce = F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
         return -ce if targeted else ce
 
