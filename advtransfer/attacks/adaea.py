@@ -21,8 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
-from .base import Attack, SurrogateSet, register_attack
+from .base import Attack, SurrogateSet, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
 
@@ -43,12 +42,10 @@ def disagreement_mask(grads: list[torch.Tensor], threshold: float) -> torch.Tens
 
 @register_attack("adaea", family="ensemble")
 class AdaEA(Attack):
-    def init_extra(self, momentum: float = 1.0, beta: float = 10.0, threshold: float = -0.3,
-                   **kwargs: Any) -> dict[str, Any]:
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; it takes momentum, "
-                            "beta, threshold besides eps, norm, steps, alpha")
-        return {"momentum": float(momentum), "beta": float(beta), "threshold": float(threshold)}
+    extra_defaults = {"momentum": 1.0, "beta": 10.0, "threshold": -0.3}
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        return {k: float(v) for k, v in take_extra(self, kwargs).items()}
 
     @torch.no_grad()
     def weights(self, S: SurrogateSet, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor,

@@ -222,6 +222,16 @@ class Attack:
         return gens
 
 
+def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names are a UserError."""
+    defaults = getattr(attack, "extra_defaults", {})
+    unknown = sorted(set(kwargs) - set(defaults))
+    if unknown:
+        raise UserError(f"attack {attack.name!r} got unknown parameters {unknown}; it takes "
+                        f"{sorted(defaults)} besides eps, norm, steps, alpha")
+    return {**defaults, **kwargs}
+
+
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 
 

@@ -30,7 +30,7 @@ import torch
 
 from ..errors import UserError
 from ..utils import parse_fraction
-from .base import Attack, SurrogateSet, register_attack
+from .base import Attack, SurrogateSet, register_attack, take_extra as _take_extra
 from .ops import normalize, project
 
 DEFAULT_BETA_32 = 2.0
@@ -45,15 +45,13 @@ class CWAFamily(Attack):
     def default_alpha(self) -> float:
         return self.eps / 5
 
-    def init_extra(self, momentum: float = 1.0, inner_momentum: float = 1.0, beta: float | str = DEFAULT_BETA_32,
-                   r_over_eps: float | str = "1/15", **kwargs: Any) -> dict[str, Any]:
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; it takes momentum, "
-                            "inner_momentum, beta, r_over_eps besides eps, norm, steps, alpha")
-        extra = {"momentum": float(momentum), "inner_momentum": float(inner_momentum),
-                 "beta": parse_fraction(beta, "beta"), "r_over_eps": parse_fraction(r_over_eps, "r_over_eps")}
+    extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "beta": DEFAULT_BETA_32, "r_over_eps": "1/15"}
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        extra = _take_extra(self, kwargs)
+        extra = {k: parse_fraction(v, k) for k, v in extra.items()}
         if min(extra.values()) < 0:
-            raise UserError(f"attack {self.name!r}: momentum, inner_momentum, beta and r_over_eps must be >= 0")
+            raise UserError(f"attack {self.name!r}: {', '.join(extra)} must be >= 0")
         return extra
 
     @property

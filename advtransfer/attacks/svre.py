@@ -6,7 +6,8 @@ Per outer step t at x_t (every norm per sample):
   inner loop of M steps from x̃ = x_t, G̃ = 0: pick a member k at random,
       g = ∇L_k(x̃) − ∇L_k(x_t) + g_ens;  G̃ ← μ_in·G̃ + g/‖g‖₁;  x̃ ← Π(x̃ + β·dir(G̃));
   outer: G ← μ·G + G̃/‖G̃‖₁;  x_{t+1} = Π(x_t + α·dir(G)).
-Defaults as in the paper: M = 4n (``inner_steps``, 0 means 4n), μ = μ_in = 1, β = α = ε/T.
+Defaults as in the paper: M = 4n (``inner_steps``, 0 means 4n), μ = μ_in = 1, β = α = ε/T
+(``beta``, None means α).
 
 The random member sequence depends only on the seed and the step (not on the images), so each
 image's result is independent of its batch. Caching ∇L_k(x_t) makes the cost per outer step
@@ -21,21 +22,21 @@ import torch
 
 from ..errors import UserError
 from ..utils import parse_fraction
-from .base import Attack, SurrogateSet, register_attack
+from .base import Attack, SurrogateSet, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
 
 @register_attack("svre", family="ensemble")
 class SVRE(Attack):
-    def init_extra(self, momentum: float = 1.0, inner_momentum: float = 1.0, inner_steps: int = 0,
-                   beta: float | str | None = None, **kwargs: Any) -> dict[str, Any]:
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; it takes momentum, "
-                            "inner_momentum, inner_steps, beta besides eps, norm, steps, alpha")
-        if int(inner_steps) < 0:
-            raise UserError(f"inner_steps must be >= 0 (0 means 4 per model), got {inner_steps}")
-        return {"momentum": float(momentum), "inner_momentum": float(inner_momentum), "inner_steps": int(inner_steps),
-                "beta": self.alpha if beta is None else parse_fraction(beta, "beta")}
+    extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "inner_steps": 0, "beta": None}
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        e = take_extra(self, kwargs)
+        if int(e["inner_steps"]) < 0:
+            raise UserError(f"inner_steps must be >= 0 (0 means 4 per model), got {e['inner_steps']}")
+        return {"momentum": float(e["momentum"]), "inner_momentum": float(e["inner_momentum"]),
+                "inner_steps": int(e["inner_steps"]),
+                "beta": self.alpha if e["beta"] is None else parse_fraction(e["beta"], "beta")}
 
     def n_inner(self, n_models: int) -> int:
         return self.extra["inner_steps"] or 4 * n_models
