@@ -31,6 +31,10 @@ class SurrogateEntry:
     weights: tuple[float, ...] | None = None
     label: str = ""
     options: tuple[tuple[str, Any], ...] = ()
+    only_attacks: tuple[str, ...] = ()  # if set, this row runs only these attack labels/names
+
+    def runs(self, attack: "AttackEntry") -> bool:
+        return not self.only_attacks or attack.label in self.only_attacks or attack.attack in self.only_attacks
 
     @property
     def name(self) -> str:
@@ -161,10 +165,16 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
                   f"surrogate set {s.get('name', s['models'])}: weights must be a list, one per model")
             from .attacks.collections import check_options
 
-            opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name")}
+            only = s.get("attacks") or []
+            _need(isinstance(only, list) and all(isinstance(a, str) for a in only), src,
+                  f"surrogate set {s.get('name', s['models'])}: attacks must be a list of attack names")
+            for a in only:
+                if a not in attacks_raw:
+                    ATTACKS.get(a)
+            opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name", "attacks")}
             check_options(opts, f"{src}: surrogate set {s.get('name', s['models'])}: ")
             surrogates.append(SurrogateEntry(tuple(s["models"]), tuple(float(v) for v in w) if w else None,
-                                             str(s.get("name", "")), tuple(sorted(opts.items()))))
+                                             str(s.get("name", "")), tuple(sorted(opts.items())), tuple(only)))
         else:
             raise UserError(f"{src}: a surrogate must be a model name, a list of names, or "
                             f"{{models: [...], weights: [...], name: ...}}; got {s!r}")
@@ -213,7 +223,7 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     params.setdefault("norm", spec.norm)
     params.setdefault("targeted", spec.targeted)
     target_evals = params.pop("grad_evals", None)
-    attack = create_attack(entry.attack, eps=eps, seed=seed, **params)
+    attack = create_attack(entry.attack, eps=eps, seed=seed, **_alpha_from_eps(params, eps))
     if spec.budget == "grad_evals":
         if target_evals is None:
             raise UserError(f"{spec.source}: budget grad_evals needs 'grad_evals: N' for attack {entry.label!r}")
@@ -221,15 +231,20 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     return attack
 
 
+def _alpha_from_eps(params: dict, eps: float) -> dict:
+    """``alpha_over_eps: k`` (either budget) sets the step size α = k·ε for every ε of the grid."""
+    p = dict(params)
+    if "alpha_over_eps" in p:
+        p["alpha"] = eps * parse_fraction(p.pop("alpha_over_eps"), "alpha_over_eps")
+    return p
+
+
 def _match_grad_evals(entry: AttackEntry, params: dict, eps: float, seed: int, n_models: int, target: int):
     from .attacks import create_attack
 
     best = None
     for steps in range(1, 10_000):
-        p = {**params, "steps": steps}
-        if "alpha_over_eps" in p:
-            p["alpha"] = eps * float(p.pop("alpha_over_eps"))
-        a = create_attack(entry.attack, eps=eps, seed=seed, **p)
+        a = create_attack(entry.attack, eps=eps, seed=seed, **_alpha_from_eps({**params, "steps": steps}, eps))
         if a.grad_evals_formula(n_models) > target:
             break
         best = a
@@ -242,7 +257,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
     """All cells of the grid. ``model_shas`` maps model name → sha256 of its weights."""
     cells = []
     for s in spec.surrogates:
-        for a in spec.attacks:
+        for a in (a for a in spec.attacks if s.runs(a)):
             for eps in spec.eps:
                 for seed in spec.seeds:
                     attack = resolve_attack(a, spec, eps, seed, len(s.models))

@@ -88,13 +88,16 @@ class SurrogateSet:
                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """Per-sample attacker objective (N,) over members ``idx`` (all by default), to ascend.
 
+        ``weights``: one weight per member (shape n) or one row per sample (shape N×n, for
+        attacks such as AdaEA that weight the models per image); renormalised over ``idx``.
         ``transform`` (e.g. input diversity) is applied to x before the forward pass.
         """
         idx = list(range(len(self.models))) if idx is None else list(idx)
         if transform is not None:
             x = transform(x)
-        w = (self.weights if weights is None else weights)[idx]
-        w = w / w.sum()
+        # weights: (n,) shared, or (N, n) per image (AdaEA)
+        w = (self.weights if weights is None else weights)[..., idx].to(x.dtype)
+        w = w / w.sum(-1, keepdim=True)
         K = max(self.evals_per_call(i) for i in idx)
         if K == 1:
             ce = self._combine([self.logits(x, i) for i in idx], w, y)
@@ -115,11 +118,14 @@ class SurrogateSet:
         return [outs[k % len(outs)] for k in range(K)]
 
     def _combine(self, outs: list[torch.Tensor], w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample loss of the ensemble of ``outs`` under this set's mode; ``w`` is (n,) or (N, n)."""
+        wcol = [w[..., k] for k in range(len(outs))]  # scalar or N-vector per member
+        wrow = [c.unsqueeze(-1) if c.dim() else c for c in wcol]  # broadcast over classes
         if self.ensemble == "logit":
-            return F.cross_entropy(sum(wi * o for wi, o in zip(w, outs)), y, reduction="none")
+            return F.cross_entropy(sum(wi * o for wi, o in zip(wrow, outs)), y, reduction="none")
         if self.ensemble == "loss":
-            return sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, outs))
-        p = sum(wi * F.softmax(o, 1) for wi, o in zip(w, outs))
+            return sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(wcol, outs))
+        p = sum(wi * F.softmax(o, 1) for wi, o in zip(wrow, outs))
         return F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
 
     def grad(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
@@ -232,6 +238,16 @@ class Attack:
             h = hashlib.blake2b(f"{self.seed}:{i}:{stream}".encode(), digest_size=8).digest()
             gens.append(torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 63) - 1)))
         return gens
+
+
+def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names are a UserError."""
+    defaults = getattr(attack, "extra_defaults", {})
+    unknown = sorted(set(kwargs) - set(defaults))
+    if unknown:
+        raise UserError(f"attack {attack.name!r} got unknown parameters {unknown}; it takes "
+                        f"{sorted(defaults)} besides eps, norm, steps, alpha")
+    return {**defaults, **kwargs}
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
