@@ -22,21 +22,22 @@ def test_uap_stays_in_eps_ball_and_fools_its_surrogate_on_held_out_images(traine
     xc, yc, _ = craft_images
     x, y, _ = test_data
     eps = 16 / 255
-    attack = create_attack("sgd_uap", eps=eps, steps=20, batch=50, n_craft=1000)
+    attack = create_attack("sgd_uap", eps=eps, steps=60, batch=50, n_craft=1000)
     S = SurrogateSet([model], ["resnet20_a"])
     delta = attack.craft_delta(S, xc, yc)
     assert delta.shape == (1, 3, 32, 32)
     assert float(delta.abs().max()) <= eps + 1e-6
     # sign steps of size ε/5 saturate most pixels at ±ε: δ is not a trivial zero
     assert float((delta.abs() > eps * 0.99).float().mean()) > 0.5
-    # 20 updates of 50 images: every crafting image visited once, one model -> 1 evaluation each
-    assert S.grad_evals == 1
+    # 60 updates of 50 images: every crafting image visited 3 times, one model -> 3 evaluations each
+    assert S.grad_evals == 3
     with torch.no_grad():
         clean_err = float((model(x).argmax(1) != y).float().mean())
         adv_err = float((model((x + delta).clamp(0, 1)).argmax(1) != y).float().mean())
-    # measured: 0.60 -> 0.89 on test images 0..199 for the ci-size resnet20_a; a δ that did nothing
-    # (or one crafted to the wrong sign) leaves the error at the clean 0.60
-    assert adv_err >= clean_err + 0.15, (clean_err, adv_err)
+    # measured on test images 0..199 for ci-size resnet20_a: 0.50 -> 0.86 (and +0.13 for a weaker
+    # δ of one epoch on another training run of the same recipe); a δ that did nothing (or one
+    # crafted with the wrong sign) leaves the error at the clean level
+    assert adv_err >= clean_err + 0.10, (clean_err, adv_err)
 
 
 def test_uap_called_as_plain_attack_returns_images_in_the_ball(trained, test_data):

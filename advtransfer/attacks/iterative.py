@@ -7,12 +7,12 @@ import torch
 
 from ..errors import UserError
 from .base import Attack, SurrogateSet
-from .ops import ascent_direction, normalize, project, random_in_ball
+from .ops import ascent_direction, momentum_term, project, random_in_ball
 
 
 class IterativeAttack(Attack):
     """x_{t+1} = Π(x_t + α·dir(d_t)), where d_t is the (transformed) gradient, or with momentum μ
-    the accumulated g ← μ·g + ∇/‖∇‖₁ (per sample). dir is sign for L∞ and ∇/‖∇‖₂ for L2.
+    the accumulated g ← μ·g + ∇/mean|∇| (per sample; see ops.momentum_term). dir is sign for L∞ and ∇/‖∇‖₂ for L2.
 
     Subclasses override :meth:`gradient` (where and how the gradient is taken) and set the
     class defaults ``default_momentum``, ``nesterov``, ``random_start``.
@@ -57,7 +57,7 @@ class IterativeAttack(Attack):
             point = x_adv + self.alpha * mu * g_acc if self.nesterov else x_adv
             g = self.transform_gradient(self.gradient(S, point, y))
             if mu > 0 or self.nesterov:
-                g_acc = mu * g_acc + normalize(g, 1)
+                g_acc = mu * g_acc + momentum_term(g)
                 d = g_acc
             else:
                 d = g

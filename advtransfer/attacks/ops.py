@@ -26,6 +26,13 @@ def normalize(t: torch.Tensor, p: float) -> torch.Tensor:
     return t / per_sample_norm(t, p).clamp_min(_TINY)
 
 
+def momentum_term(g: torch.Tensor) -> torch.Tensor:
+    """MI-FGSM's increment ``g / mean|g|`` per sample: the L1 normalisation of the paper, scaled by
+    the number of elements as in the authors' code (and torchattacks). Sign steps do not see the
+    scale, but NI-FGSM's look-ahead ``α·μ·g`` does: with it the look-ahead moves about one step."""
+    return normalize(g, 1) * g[0].numel()
+
+
 def ascent_direction(g: torch.Tensor, norm: str) -> torch.Tensor:
     """Steepest-ascent direction of unit size: sign(g) for L∞, g/‖g‖₂ per sample for L2."""
     if norm == "linf":

@@ -5,7 +5,7 @@ import torch
 
 from .base import SurrogateSet, register_attack
 from .iterative import IterativeAttack
-from .ops import ascent_direction, normalize, project
+from .ops import ascent_direction, momentum_term, project
 
 
 @register_attack("vmifgsm", family="gradient")
@@ -28,7 +28,7 @@ class VMIFGSM(IterativeAttack):
         for _ in range(self.steps):
             S.advance()
             g = S.grad(x_adv, y, self.targeted)
-            g_acc = mu * g_acc + normalize(g + v, 1)
+            g_acc = mu * g_acc + momentum_term(g + v)
             gv = torch.zeros_like(x)
             for _ in range(n):
                 noise = torch.stack([torch.rand(x.shape[1:], generator=gen) for gen in gens]) * 2 - 1
