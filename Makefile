@@ -43,6 +43,7 @@ plot: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attack.py
+	$(BIN)/python benchmarks/bench_store.py
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests

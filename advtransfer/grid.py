@@ -32,6 +32,8 @@ class SurrogateEntry:
     label: str = ""
     options: tuple[tuple[str, Any], ...] = ()
     only_attacks: tuple[str, ...] = ()  # if set, this row runs only these attack labels/names
+    base: str = ""          # for a replicate: the name of the entry it replicates (rows share it)
+    replicate: int = 0      # which independently seeded replicate of the models
 
     def runs(self, attack: "AttackEntry") -> bool:
         return not self.only_attacks or attack.label in self.only_attacks or attack.attack in self.only_attacks
@@ -43,9 +45,14 @@ class SurrogateEntry:
 
 @dataclass(frozen=True)
 class AttackEntry:
+    """An attack of the grid: its label, registry name and parameters; a matched baseline also
+    says which label it serves (``baseline_for``) and how it is matched (``match``: step, evals)."""
+
     label: str
     attack: str
     params: dict
+    match: str = "none"
+    baseline_for: str = ""
 
 
 @dataclass
@@ -134,20 +141,19 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     for label, params in attacks_raw.items():
         params = dict(params or {})
         _need(isinstance(params, dict), src, f"parameters of attack {label!r} must be a mapping")
-        name = params.pop("attack", label)
-        ATTACKS.get(name)
+        name = ATTACKS.canonical(str(params.pop("attack", label)))  # an alias (bim) resolves to its entry
         entries[str(label)] = AttackEntry(str(label), name, {**defaults, **params})
     if attack:
         chosen = []
         for a in [s.strip() for s in attack.split(",") if s.strip()]:
             # a name selects the entry with that label and every entry running that attack
             # (e.g. sgd_uap and a targeted sgd_uap_targeted: {attack: sgd_uap, targeted: true})
-            same = [e for e in entries.values() if e.label == a or e.attack == a]
+            canon = ATTACKS.canonical(a) if a in ATTACKS else None
+            same = [e for e in entries.values() if e.label == a or e.attack in (a, canon)]
             if same:
                 chosen.extend(e for e in same if e not in chosen)
             else:
-                ATTACKS.get(a)  # unknown names raise with close matches
-                chosen.append(AttackEntry(a, a, dict(defaults)))
+                chosen.append(AttackEntry(a, ATTACKS.canonical(a), dict(defaults)))  # unknown names raise with close matches
         attack_list = chosen
     else:
         attack_list = list(entries.values())
@@ -266,7 +272,8 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
                         "size": spec.size, "surrogate": list(s.models),
                         "surrogate_weights": list(s.weights) if s.weights else None,
                         "surrogate_sha": [model_shas[m] for m in s.models],
-                        "attack": a.attack, "attack_params": attack.params(), "seed": seed,
+                        "attack": a.attack, "attack_kind": attack.kind, "attack_version": attack.version,
+                        "attack_params": attack.params(), "seed": seed,
                     }
                     if s.options:
                         config["surrogate_options"] = dict(s.options)

@@ -2,8 +2,41 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
+
+
+@torch.no_grad()
+def predict_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batch_size: int = 500,
+                    device: str = "cpu") -> torch.Tensor:
+    """``fn`` (a model giving logits, or a function giving labels) over ``x`` (N×C×H×W pixels in
+    [0,1], any device) in batches on ``device``; returns its outputs concatenated on the CPU.
+    Logits (2-D outputs) are returned as they are; use :func:`labels` for top-1 classes."""
+    return torch.cat([fn(x[s:s + batch_size].to(device)).cpu() for s in range(0, len(x), batch_size)])
+
+
+def labels(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batch_size: int = 500,
+           device: str = "cpu") -> torch.Tensor:
+    """Top-1 labels (N, int64) of ``model`` on pixels ``x`` in [0,1], batched."""
+    return predict_batched(lambda xb: model(xb).argmax(1), x, batch_size, device)
+
+
+def margins(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    """Logit of class ``cls`` minus the largest other logit, per sample (N,). Positive: the model
+    predicts ``cls``. For a victim on x_adv with ``cls`` the true label, negative means fooled;
+    with ``cls`` the target (targeted attacks), positive means the target was hit."""
+    true = logits.gather(1, cls.view(-1, 1)).squeeze(1)
+    other = logits.scatter(1, cls.view(-1, 1), float("-inf")).amax(1)
+    return (true - other).float()
+
+
+def success_mask(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tensor,
+                 target: torch.Tensor | None = None) -> torch.Tensor:
+    """Per image (bool N): the victim is right on x and, on x_adv, wrong (untargeted) or
+    predicting the target (targeted). The one definition of success in the harness."""
+    hit = (pred_adv == target) if target is not None else (pred_adv != y)
+    return (pred_clean == y) & hit
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -26,8 +59,10 @@ def distortion(x: torch.Tensor, x_adv: torch.Tensor) -> dict[str, float]:
             "l2_mean": float(l2.mean()), "l2_median": float(l2.median())}
 
 
-def per_sample_l2(x: torch.Tensor, x_adv: torch.Tensor) -> torch.Tensor:
-    return (x_adv - x).flatten(1).double().norm(dim=1)
+def per_sample_norms(x: torch.Tensor, x_adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L∞, L2) of x_adv − x per sample, float64 N each (pixel units, [0,1] scale)."""
+    d = (x_adv - x).flatten(1).double()
+    return d.abs().amax(1), d.norm(dim=1)
 
 
 def success_counts(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tensor,
@@ -41,7 +76,7 @@ def success_counts(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Te
     clean_ok = pred_clean == y
     adv_ok = pred_adv == y
     hit = (pred_adv == target) if target is not None else ~adv_ok
-    success = clean_ok & hit
+    success = success_mask(y, pred_clean, pred_adv, target)
     both = clean_ok & surrogate_correct
     n = len(y)
     n_clean, n_adv, n_succ = int(clean_ok.sum()), int(adv_ok.sum()), int(success.sum())

@@ -5,6 +5,7 @@ percent (averaged over seeds), on a fixed 0–100 colour scale; white-box cells 
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -86,7 +87,65 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
             fig.savefig(path, dpi=150)
             written.append(path)
         plt.close(fig)
-    from .uap import plot_uaps
-
     written += plot_uaps(run_dir, df)
+    return written
+
+
+def plot_uaps(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """One figure per universal cell of a run: δ amplified to the full range (grey = 0), a test
+    image before and after, and (X-Transfer) how often the bandit used each surrogate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .data import CIFAR10_CLASSES
+    from .store import RunStore
+
+    if "universal" not in df.columns:
+        return []
+    store = RunStore(run_dir)
+    out_dir = Path(run_dir) / "figures"
+    written = []
+    for cell_id, sub in df[df["universal"].astype(bool)].groupby("cell_id", sort=True):
+        loaded = store.load_adv(cell_id)
+        if loaded is None or "delta" not in loaded[0]:
+            continue
+        t, meta = loaded
+        r = sub.iloc[0]
+        delta, x_adv = t["delta"][0], t["x_adv"]
+        eps = float(r["eps"])
+        x0 = t["x_example"][0] if "x_example" in t else (x_adv[0] - delta).clamp(0, 1)
+        counts = json.loads(r["bandit_counts"]) if r.get("bandit_counts") else None
+        ncol = 4 if counts else 3
+        fig, axes = plt.subplots(1, ncol, figsize=(2.6 * ncol, 2.9))
+        amp = (delta / (2 * eps) + 0.5).clamp(0, 1)
+        axes[0].imshow(amp.permute(1, 2, 0).numpy())
+        axes[0].set_title(f"δ ×{1 / (2 * eps):.0f} (±{r['eps_str']})", fontsize=8)
+        label = int(t["y"][0]) if "y" in t else None
+        name = CIFAR10_CLASSES[label] if label is not None and r["dataset"] == "cifar10" else ""
+        axes[1].imshow(x0.permute(1, 2, 0).numpy())
+        axes[1].set_title(f"test #{int(t['index'][0])} {name}", fontsize=8)
+        axes[2].imshow(x_adv[0].permute(1, 2, 0).numpy())
+        victims = sub.sort_values("victim")
+        fr = [f"{v}:{a * 100:.0f}" for v, a in zip(victims["victim"], victims["asr"])]
+        fr = ", ".join(fr[:6]) + ("\n" + ", ".join(fr[6:]) if len(fr) > 6 else "")
+        axes[2].set_title("x + δ", fontsize=8)
+        for ax in axes[:3]:
+            ax.axis("off")
+        if counts:
+            axes[3].barh(list(counts), list(counts.values()), color="tab:blue")
+            axes[3].set_title("bandit: updates per surrogate", fontsize=8)
+            axes[3].tick_params(labelsize=7)
+        kind = "targeted→" + str(int(json.loads(r["attack_params"])["target_class"])) if bool(r["targeted"]) else "untargeted"
+        fig.suptitle(f"{r['attack_label']} · {r['surrogate']} · {kind} · crafted on {int(r['n_craft'])} train images\n"
+                     f"ASR %: {fr}", fontsize=7)
+        fig.tight_layout()
+        stem = _slug(f"uap_{r['attack_label']}_{r['surrogate']}_eps{r['eps_str'].replace('/', '-')}"
+                     f"{'_targeted' if bool(r['targeted']) else ''}")
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            fig.savefig(path, dpi=150)
+            written.append(path)
+        plt.close(fig)
     return written

@@ -33,6 +33,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._tags: dict[str, dict[str, Any]] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, name: str, **tags: Any) -> Callable[[T], T]:
         """Decorator: register the decorated object under `name` with optional tags."""
@@ -43,27 +44,37 @@ class Registry(Generic[T]):
 
         return deco
 
-    def add(self, name: str, obj: T, **tags: Any) -> None:
-        if name in self._items:
-            raise ValueError(f"{self.kind} {name!r} registered twice")
+    def add(self, name: str, obj: T, aliases: str | tuple[str, ...] | list[str] = (), **tags: Any) -> None:
+        """Register ``obj`` under ``name``; ``aliases`` are other names :meth:`get` resolves to it."""
+        aliases = (aliases,) if isinstance(aliases, str) else tuple(aliases)
+        for n in (name, *aliases):
+            if n in self._items or n in self._aliases:
+                raise ValueError(f"{self.kind} {n!r} registered twice")
         self._items[name] = obj
-        self._tags[name] = dict(tags)
+        self._tags[name] = dict(tags, aliases=aliases)
+        for a in aliases:
+            self._aliases[a] = name
+
+    def canonical(self, name: str) -> str:
+        """The registered name of ``name`` (an alias resolves to its entry); unknown names raise."""
+        name = self._aliases.get(name, name)
+        if name not in self._items:
+            raise UnknownNameError(suggest(name, list(self._items) + list(self._aliases), self.kind))
+        return name
 
     def get(self, name: str) -> T:
-        try:
-            return self._items[name]
-        except KeyError:
-            raise UnknownNameError(suggest(name, list(self._items), self.kind)) from None
+        return self._items[self.canonical(name)]
 
     def tags(self, name: str) -> dict[str, Any]:
-        self.get(name)
-        return dict(self._tags[name])
+        return dict(self._tags[self.canonical(name)])
 
-    def names(self, pattern: str = "*") -> list[str]:
-        return sorted(n for n in self._items if fnmatch.fnmatch(n, pattern))
+    def names(self, pattern: str = "*", **tags: Any) -> list[str]:
+        """Registered names (aliases excluded) matching ``pattern`` and every given tag value."""
+        return sorted(n for n in self._items if fnmatch.fnmatch(n, pattern)
+                      and all(self._tags[n].get(k) == v for k, v in tags.items()))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

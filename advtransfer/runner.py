@@ -15,12 +15,13 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from . import __version__
-from .attacks.base import SurrogateSet
-from .cell import CraftResult, craft, evaluate, predict
+from . import schema
+from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet
+from .cell import evaluate_cell
 from .data import eval_subset, load_dataset
 from .errors import UserError
-from .grid import Cell, GridSpec, describe, expand_cells
-from .metrics import distortion, per_sample_l2
+from .grid import Cell, GridSpec, describe, expand_cells, resolve_attack
+from .metrics import labels
 from .models import zoo
 from .store import RunStore
 from .utils import eps_to_str, git_sha, versions
@@ -33,13 +34,12 @@ def default_run_dir(spec: GridSpec) -> Path:
 
 
 class ModelCache:
-    """Loads zoo models once per run; remembers clean predictions per victim."""
+    """Loads zoo models once per run; remembers each victim's labels on the clean images."""
 
     def __init__(self, size: str, cache, device: str, data_dir=None) -> None:
         self.size, self.cache, self.device, self.data_dir = size, cache, device, data_dir
         self._models: dict[str, nn.Module] = {}
-        self._members: dict[str, list[nn.Module]] = {}
-        self.clean_pred: dict[str, torch.Tensor] = {}
+        self._clean: dict[str, torch.Tensor] = {}
 
     def get(self, name: str) -> nn.Module:
         if name not in self._models:
@@ -62,10 +62,12 @@ class ModelCache:
                                                     self.device, self.data_dir)
         return self._models[key]
 
-    def members(self, name: str) -> list[nn.Module]:
-        if name not in self._members:
-            self._members[name] = zoo.load_members(name, self.size, self.cache, self.device)
-        return self._members[name]
+    def clean_labels(self, names: list[str], x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each model's labels on the run's clean images ``x`` (computed once per run)."""
+        for n in names:
+            if n not in self._clean:
+                self._clean[n] = labels(self.get(n), x, 500, self.device)
+        return {n: self._clean[n] for n in names}
 
 
 def build_surrogate_set(cell: Cell, models: ModelCache) -> SurrogateSet:
@@ -100,78 +102,43 @@ def surrogate_params(cell: Cell, cards: dict[str, dict]) -> str:
     return json.dumps(one(ms[0]) if len(ms) == 1 else {m: one(m) for m in ms}, sort_keys=True, default=str)
 
 
-def _cell_fields(spec: GridSpec, cell: Cell, run_id: str, cards: dict[str, dict], sha: str) -> dict:
+def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[str, dict], sha: str) -> dict:
     p = cell.config["attack_params"]
     return {
         "run_id": run_id, "cell_id": cell.cell_id, "dataset": spec.dataset, "split": spec.split,
         "n": spec.n, "seed": cell.seed, "attack": cell.attack.attack, "attack_label": cell.attack.label,
+        "attack_kind": attack.kind, "attack_version": attack.version,
         "attack_params": json.dumps(p, sort_keys=True), "norm": p["norm"], "eps": cell.eps,
         "eps_str": eps_to_str(cell.eps), "steps": int(p["steps"]), "targeted": bool(p["targeted"]),
-        "ensemble": p.get("ensemble", "logit"), "universal": False, "n_craft": spec.n,
-        "surrogate": cell.surrogate.name, "surrogate_kind": surrogate_kind(cell, cards),
-        "surrogate_params": surrogate_params(cell, cards),
-        "n_surrogates": len(cell.surrogate.models), "zoo_size": spec.size,
+        "ensemble": p.get("ensemble", "logit"), "match": cell.attack.match, "baseline_for": cell.attack.baseline_for,
+        "surrogate": cell.surrogate.name, "surrogate_base": cell.surrogate.base or cell.surrogate.name,
+        "replicate": cell.surrogate.replicate, "surrogate_kind": surrogate_kind(cell, cards),
+        "surrogate_params": surrogate_params(cell, cards), "n_surrogates": len(cell.surrogate.models),
+        "surrogate_sha": "+".join(cards[m]["sha256"] for m in cell.surrogate.models), "zoo_size": spec.size,
         "git_sha": sha, "advtransfer_version": __version__, "torch_version": torch.__version__,
     }
 
 
-def craft_or_load(cell: Cell, spec: GridSpec, store: RunStore, models: ModelCache, x, y, index,
-                  device: str, log: Callable[[str], None], data_dir=None) -> CraftResult:
-    """The cell's adversarial examples: from the cache if present, else crafted and cached."""
-    from .attacks import ATTACKS
-    from .grid import resolve_attack
-
-    if ATTACKS.get(cell.attack.attack).universal:
-        return craft_or_load_universal(cell, spec, store, models, x, y, index, device, log, data_dir)
-    cached = store.load_adv(cell.cell_id)
-    S = build_surrogate_set(cell, models)
-    if cached is not None:
-        t, meta = cached
-        if not torch.equal(t["index"], index):
-            raise RuntimeError(f"cached examples of cell {cell.cell_id} hold other images; delete {store.adv_path(cell.cell_id)}")
-        with torch.no_grad():
-            sur_ok = torch.cat([S.predict(x[i:i + 500].to(device)).cpu() for i in range(0, len(x), 500)]) == y
-        return CraftResult(t["x_adv"], t["index"], t.get("target"), int(meta["grad_evals"]),
-                           float(meta["craft_s"]), sur_ok)
-    attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-    log(f"crafting {describe(cell)} on {len(x)} images ...")
-    res = craft(attack, S, x, y, index, spec.batch_size, device)
-    tensors = {"x_adv": res.x_adv, "index": res.index}
-    if res.target is not None:
-        tensors["target"] = res.target
-    store.save_adv(cell.cell_id, tensors, {"cell": cell.config, "grad_evals": res.grad_evals,
-                                           "craft_s": res.craft_s, "device": device})
-    return res
-
-
-def craft_or_load_universal(cell: Cell, spec: GridSpec, store: RunStore, models: ModelCache, x, y, index,
-                            device: str, log: Callable[[str], None], data_dir=None) -> CraftResult:
-    """A universal cell: δ crafted on training images 0..n_craft-1, applied to the test subset
-    (see :mod:`advtransfer.uap`); δ is cached with x_adv. ``res.info`` holds n_craft and the
-    attack's records (bandit counts)."""
-    from .grid import resolve_attack
-    from .uap import craft_universal, universal_eval_subset
-
-    attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-    x, y, index = universal_eval_subset(attack, x, y, index)
-    S = build_surrogate_set(cell, models)
+def craft_or_load(cell: Cell, attack: Attack, S: SurrogateSet, ctx: CraftContext, store: RunStore,
+                  log: Callable[[str], None]) -> Crafted:
+    """The cell's adversarial examples: from the run's cache if present, else crafted through the
+    attack's craft protocol (whatever its kind) and cached with its extra tensors and row fields."""
     cached = store.load_adv(cell.cell_id)
     if cached is not None:
         t, meta = cached
-        if not torch.equal(t["index"], index):
-            raise RuntimeError(f"cached examples of cell {cell.cell_id} hold other images; delete {store.adv_path(cell.cell_id)}")
-        sur_ok = torch.cat([S.predict(x[i:i + 500].to(device)).cpu() for i in range(0, len(x), 500)]) == y
-        return CraftResult(t["x_adv"], t["index"], t.get("target"), int(meta["grad_evals"]), float(meta["craft_s"]),
-                           sur_ok, meta["info"])
-    n_craft = attack.extra["n_craft"]
-    x_craft, y_craft, _ = eval_subset(load_dataset(spec.dataset, "train", data_dir), n_craft)
-    log(f"crafting universal δ for {describe(cell)} on train images 0..{n_craft - 1} ...")
-    res, delta, info = craft_universal(attack, S, x_craft, y_craft, x, y, index, spec.batch_size, device)
-    tensors = {"x_adv": res.x_adv, "index": res.index, "delta": delta, "y": y, "x_example": x[:1]}
+        same = json.dumps(meta.get("cell"), sort_keys=True) == json.dumps(cell.config, sort_keys=True)
+        if not same or not torch.equal(t["index"], ctx.index[torch.isin(ctx.index, t["index"])]):
+            raise UserError(f"cached examples {store.adv_path(cell.cell_id)} do not belong to this cell; delete the file to re-craft")
+        extra = {k: v for k, v in t.items() if k not in ("x_adv", "index", "target")}
+        return Crafted(t["x_adv"], t["index"], t.get("target"), int(meta["grad_evals"]), float(meta["craft_s"]),
+                       extra, dict(meta.get("fields") or {}))
+    log(f"crafting {describe(cell)} on {len(ctx.x)} images ...")
+    res = attack.craft(S, ctx)
+    tensors = {"x_adv": res.x_adv, "index": res.index, **res.tensors}
     if res.target is not None:
         tensors["target"] = res.target
     store.save_adv(cell.cell_id, tensors, {"cell": cell.config, "grad_evals": res.grad_evals,
-                                           "craft_s": res.craft_s, "device": device, "info": info})
+                                           "craft_s": res.craft_s, "device": ctx.device, "fields": res.fields})
     return res
 
 
@@ -201,47 +168,37 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     })
     manifest.setdefault("created_at", manifest["updated_at"])
     store.write_manifest(manifest)
+    def train_data(n: int):
+        return eval_subset(load_dataset(spec.dataset, "train", data_dir), n)
+
     bar = tqdm(cells, desc=f"grid {spec.name}", unit="cell", disable=not progress)
-    for cell in bar:
-        bar.set_postfix_str(describe(cell), refresh=False)
-        shard = store.read_shard(cell.cell_id)
-        done = set()
-        if shard is not None:
-            done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
-        todo = [v for v in spec.victims if v not in done]
-        if not todo:
-            continue
-        res = craft_or_load(cell, spec, store, models, x, y, index, device, log, data_dir)
-        fields = _cell_fields(spec, cell, run_id, cards, sha)
-        # a targeted universal cell leaves out the test images of its target class
-        keep = torch.isin(index, res.index)
-        xc, yc, ic = x[keep], y[keep], index[keep]
-        info = res.info
-        if info is not None:
-            fields.update(universal=True, n=len(ic), n_craft=int(info["n_craft"]),
-                          bandit_counts=json.dumps(info["bandit_counts"], sort_keys=True) if "bandit_counts" in info else None)
-        dist = distortion(xc, res.x_adv)
-        l2 = per_sample_l2(xc, res.x_adv)
-        rows, samples = [], []
-        for v in todo:
-            model = models.get(v)
-            if v not in models.clean_pred:
-                models.clean_pred[v] = predict(model, x, 500, device)
-            row, ps = evaluate(model, xc, yc, res, models.clean_pred[v][keep], 500, device)
-            rows.append({**fields, "victim": v, "victim_family": cards[v]["family"],
-                         "is_whitebox": v in cell.surrogate.models, "victim_sha": shas[v],
-                         **row, **dist, "grad_evals": res.grad_evals, "craft_s": res.craft_s,
-                         "device": device, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-            samples.append(pd.DataFrame({"cell_id": cell.cell_id, "victim": v, "index": ic.numpy(),
-                                         "clean_correct": ps["clean_correct"].numpy(),
-                                         "success": ps["success"].numpy(), "adv_pred": ps["adv_pred"].numpy(),
-                                         "l2": l2.numpy()}))
-        new = pd.DataFrame(rows)
-        if shard is not None:
-            new = pd.concat([shard[~shard["victim"].isin(todo)], new], ignore_index=True)
-        store.write_samples(cell.cell_id, pd.concat(samples, ignore_index=True))
-        store.write_shard(cell.cell_id, new)
-        store.merge()
-    bar.close()
-    store.merge()
+    try:
+        for cell in bar:
+            bar.set_postfix_str(describe(cell), refresh=False)
+            shard = store.read_shard(cell.cell_id)
+            done = set()
+            if shard is not None:
+                done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
+            todo = [v for v in spec.victims if v not in done]
+            if not todo:
+                continue
+            attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+            S = build_surrogate_set(cell, models)
+            ctx = CraftContext(x, y, index, spec.batch_size, device, train_data)
+            res = craft_or_load(cell, attack, S, ctx, store, log)
+            fields = {**_cell_fields(spec, cell, attack, run_id, cards, sha), **res.fields, "n": len(res.index)}
+            victims = {v: models.get(v) for v in todo}
+            rows, samples = evaluate_cell(res, S, victims, x, y, index, models.clean_labels(todo, x), 500, device)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            rows = [{**fields, **r, "victim_family": cards[r["victim"]]["family"],
+                     "is_whitebox": r["victim"] in cell.surrogate.models, "victim_sha": shas[r["victim"]],
+                     "device": device, "created_at": now} for r in rows]
+            new = schema.conform(pd.DataFrame(rows), schema.RESULTS)
+            if shard is not None:
+                new = pd.concat([shard[~shard["victim"].isin(todo)], new], ignore_index=True)
+            store.write_samples(cell.cell_id, schema.conform(samples.assign(cell_id=cell.cell_id), schema.SAMPLES))
+            store.write_shard(cell.cell_id, new)
+    finally:
+        bar.close()
+        store.merge()  # once per run (and on interruption): finished cells are in the table
     return run_dir

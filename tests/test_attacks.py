@@ -7,7 +7,8 @@ import torch
 
 from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
 
-GRADIENT_ATTACKS = [n for n in ATTACKS.names() if not getattr(ATTACKS.get(n), "universal", False)]
+# per-image kinds: every image gets its own perturbation (universal attacks are tested in test_universal.py)
+GRADIENT_ATTACKS = ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")
 SMALL = {"vmifgsm": {"n_samples": 3}}  # keep the suite fast; the formula is checked with these values
 
 

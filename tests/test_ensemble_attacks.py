@@ -25,7 +25,7 @@ def _surrogates(members, k=None, **kw) -> SurrogateSet:
 
 
 def _gradient_attacks() -> list[str]:
-    return [n for n in ATTACKS.names() if not getattr(ATTACKS.get(n), "universal", False)]
+    return ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")
 
 
 @pytest.fixture(scope="module")

@@ -198,7 +198,7 @@ def test_every_attack_over_a_collection_keeps_ball_and_counts(name, st_models, t
     for per_step, extra in ((1, []), (2, []), (2, [plain])):
         S = SurrogateSet([_lgv_collection(per_step), *extra])
         # a universal attack called on these 8 images crafts its δ on them: n_craft = batch = 8
-        uni = {"n_craft": len(x), "batch": len(x)} if getattr(ATTACKS.get(name), "universal", False) else {}
+        uni = {"n_craft": len(x), "batch": len(x)} if ATTACKS.get(name).kind == "universal" else {}
         attack = create_attack(name, eps=eps, steps=2, **uni)
         xa = attack(S, x, y, idx)
         assert float((xa - x).abs().max()) <= eps + 1e-6 and 0 <= float(xa.min()) and float(xa.max()) <= 1

@@ -118,6 +118,6 @@ def test_universal_cells_through_the_grid(tmp_path, trained):
         assert t["delta"].shape == (1, 3, 32, 32) and float(t["delta"].abs().max()) <= 8 / 255 + 1e-6
         x = eval_subset(load_cifar10("test"), 100)[0][torch.isin(torch.arange(100), t["index"])]
         assert torch.allclose(t["x_adv"], (x + t["delta"]).clamp(0, 1), atol=1e-6)
-        assert meta["info"]["n_craft"] == 200
+        assert meta["fields"]["n_craft"] == 200
     figs = sorted(p.name for p in (out / "figures").glob("uap_*.png"))
     assert len(figs) == 2

@@ -40,7 +40,7 @@ def disagreement_mask(grads: list[torch.Tensor], threshold: float) -> torch.Tens
     return (mean >= threshold).to(grads[0].dtype).unsqueeze(1)
 
 
-@register_attack("adaea", family="ensemble")
+@register_attack("adaea", kind="ensemble", version=1)
 class AdaEA(Attack):
     extra_defaults = {"momentum": 1.0, "beta": 10.0, "threshold": -0.3}
 

@@ -7,6 +7,8 @@ targeted: minus cross-entropy of the target label); every norm is per sample.
 from __future__ import annotations
 
 import hashlib
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -18,6 +20,62 @@ from ..registry import Registry
 from ..utils import parse_fraction
 
 ENSEMBLE_MODES = ("logit", "loss", "prob")
+
+#: Attack kinds. Every kind implements the one craft protocol (:meth:`Attack.craft`); the runner
+#: never branches on it. ``gradient``: per-image iterative/one-step attacks; ``ensemble``: per-image
+#: attacks whose update uses the surrogate set's members separately; ``universal``: one perturbation
+#: crafted on training images and applied to every test image; ``generative`` and ``feature``:
+#: room for generator-based and feature-level attacks.
+ATTACK_KINDS = ("gradient", "ensemble", "universal", "generative", "feature")
+
+
+@dataclass
+class CraftContext:
+    """What a cell gives an attack to craft on.
+
+    ``x``: evaluation images N×C×H×W in [0,1] (CPU); ``y``: their true labels (N); ``index``: their
+    dataset indices (N, int64); ``train_data(n)``: the first ``n`` training images as (x, y, index),
+    for kinds that learn on training data (universal, generative); ``progress(k)``: called with the
+    number of images finished.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    index: torch.Tensor
+    batch_size: int = 250
+    device: str = "cpu"
+    train_data: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
+    progress: Callable[[int], None] | None = None
+
+
+@dataclass
+class Crafted:
+    """The output of :meth:`Attack.craft`, cached by cell id.
+
+    ``x_adv``: float32 N'×C×H×W in [0,1]; ``index``: the N' dataset indices crafted (the context's
+    images, or a subset in the same order, e.g. a targeted UAP leaves out its target class);
+    ``target``: target labels (N') for targeted attacks; ``grad_evals``: surrogate forward+backward
+    passes per image; ``craft_s``: wall time; ``tensors``: extra tensors cached with the cell (a
+    universal δ); ``fields``: the kind's extra row fields (JSON-able values; see
+    :mod:`advtransfer.schema` for their defaults in other rows).
+    """
+
+    x_adv: torch.Tensor
+    index: torch.Tensor
+    target: torch.Tensor | None
+    grad_evals: int
+    craft_s: float
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: int = 10) -> torch.Tensor:
+    """Deterministic random target ≠ y per image, drawn from (seed, dataset index)."""
+    out = []
+    for yi, i in zip(y.tolist(), index.tolist()):
+        h = int.from_bytes(hashlib.blake2b(f"target:{seed}:{i}".encode(), digest_size=4).digest(), "little")
+        out.append((yi + 1 + h % (num_classes - 1)) % num_classes)
+    return torch.tensor(out, dtype=torch.int64)
 
 
 class SurrogateSet:
@@ -75,10 +133,14 @@ class SurrogateSet:
         return int(getattr(self.models[i], "evals_per_call", 1))
 
     @torch.no_grad()
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The ensemble's weighted mean logits (N×classes; no gradient counted)."""
+        return sum(w * _forward(m, x, member_mean=True) for w, m in zip(self.weights, self.models))
+
+    @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """Labels predicted by the ensemble's weighted mean logits (no gradient counted)."""
-        out = sum(w * _forward(m, x, member_mean=True) for w, m in zip(self.weights, self.models))
-        return out.argmax(1)
+        return self.mean_logits(x).argmax(1)
 
     def logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
         return _forward(self.models[i], x)
@@ -152,7 +214,13 @@ def _forward(m: nn.Module, x: torch.Tensor, member_mean: bool = False) -> torch.
 
 
 class Attack:
-    """Base class. Subclasses implement :meth:`perturb` and :meth:`grad_evals_formula`.
+    """Base class. Per-image kinds implement :meth:`perturb` and :meth:`grad_evals_formula`; other
+    kinds override :meth:`craft` (the one protocol the runner calls).
+
+    Class attributes set by :func:`register_attack`: ``name``, ``kind`` (one of
+    :data:`ATTACK_KINDS`) and ``version`` — an integer that enters every cell id and the table's
+    ``attack_version``: bump it whenever the attack's output changes, so cached examples crafted by
+    older code are never reused (``tests/test_attack_versions.py`` fingerprints every attack).
 
     Parameters common to all attacks: ``eps`` (ε in pixel space, e.g. 8/255), ``norm``
     (``linf``/``l2``), ``steps``, ``alpha`` (step size; default per attack), ``targeted``,
@@ -161,10 +229,11 @@ class Attack:
     """
 
     name = "attack"
+    kind = "gradient"
+    version = 0
     norms: tuple[str, ...] = ("linf", "l2")
     default_steps = 10
-    randomized = False
-    universal = False
+    extra_defaults: dict[str, Any] = {}
 
     def __init__(self, eps: float | str = 8 / 255, norm: str = "linf", steps: int | None = None,
                  alpha: float | str | None = None, targeted: bool = False, seed: int = 0,
@@ -193,10 +262,9 @@ class Attack:
         return self.eps / self.steps
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
-        """Consume attack-specific keyword arguments; unknown ones are an error."""
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}")
-        return {}
+        """Consume attack-specific keyword arguments: ``extra_defaults`` overridden by ``kwargs``
+        (unknown names are a :class:`UserError`). Subclasses validate the values after calling it."""
+        return take_extra(self, kwargs)
 
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -231,6 +299,24 @@ class Attack:
 
         return project(x_adv.detach(), x, self.eps, self.norm)
 
+    def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
+        """Craft the cell's examples: the one protocol every kind implements.
+
+        The per-image default runs :meth:`__call__` on the context's images in batches of
+        ``ctx.batch_size``; targeted attacks aim at :func:`make_targets` (seeded by image).
+        """
+        target = make_targets(ctx.y, ctx.index, self.seed) if self.targeted else None
+        goal = target if target is not None else ctx.y
+        outs, evals = [], 0
+        t0 = time.perf_counter()
+        for s in range(0, len(ctx.x), ctx.batch_size):
+            xb = ctx.x[s:s + ctx.batch_size].to(ctx.device)
+            outs.append(self(S, xb, goal[s:s + ctx.batch_size].to(ctx.device), ctx.index[s:s + ctx.batch_size]).cpu())
+            evals = max(evals, S.grad_evals)
+            if ctx.progress is not None:
+                ctx.progress(len(xb))
+        return Crafted(torch.cat(outs).float(), ctx.index, target, int(evals), time.perf_counter() - t0)
+
     def rngs(self, index: torch.Tensor, stream: str = "") -> list[torch.Generator]:
         """One generator per image, seeded from (attack seed, dataset index, stream)."""
         gens = []
@@ -242,23 +328,28 @@ class Attack:
 
 def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names are a UserError."""
-    defaults = getattr(attack, "extra_defaults", {})
+    defaults = attack.extra_defaults
     unknown = sorted(set(kwargs) - set(defaults))
     if unknown:
         raise UserError(f"attack {attack.name!r} got unknown parameters {unknown}; it takes "
-                        f"{sorted(defaults)} besides eps, norm, steps, alpha")
+                        f"{sorted(defaults)} besides eps, norm, steps, alpha, targeted, seed, ensemble")
     return {**defaults, **kwargs}
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 
 
-def register_attack(name: str, **tags: Any):
-    """Class decorator: register an :class:`Attack` subclass under ``name``."""
+def register_attack(name: str, *, kind: str, version: int, aliases: str | tuple[str, ...] = ()):
+    """Class decorator: register an :class:`Attack` subclass under ``name`` with its ``kind``
+    (one of :data:`ATTACK_KINDS`) and ``version`` (an integer ≥ 1; bump it when the output changes)."""
+    if kind not in ATTACK_KINDS:
+        raise ValueError(f"attack {name!r}: kind {kind!r} is not one of {ATTACK_KINDS}")
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"attack {name!r}: version must be an integer >= 1")
 
     def deco(cls: type[Attack]) -> type[Attack]:
-        cls.name = name
-        ATTACKS.add(name, cls, **tags)
+        cls.name, cls.kind, cls.version = name, kind, version
+        ATTACKS.add(name, cls, aliases=aliases, kind=kind, version=version)
         return cls
 
     return deco

@@ -81,7 +81,7 @@ class CWAFamily(Attack):
         return project(x_o + self.alpha * M.sign(), x, self.eps, "linf"), M
 
 
-@register_attack("cwa", family="ensemble")
+@register_attack("cwa", kind="ensemble", version=1)
 class CWA(CWAFamily):
     """MI-CWA: reverse step, cosine-similarity encouragement, outer momentum step (2n per step)."""
 

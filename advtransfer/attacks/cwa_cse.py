@@ -14,7 +14,7 @@ from .base import SurrogateSet, register_attack
 from .cwa import CWAFamily
 
 
-@register_attack("cwa_cse", family="ensemble")
+@register_attack("cwa_cse", kind="ensemble", version=1)
 class CWACSE(CWAFamily):
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         x_adv, m, M = x.clone(), torch.zeros_like(x), torch.zeros_like(x)

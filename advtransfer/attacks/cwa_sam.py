@@ -14,7 +14,7 @@ from .base import SurrogateSet, register_attack
 from .cwa import CWAFamily
 
 
-@register_attack("cwa_sam", family="ensemble")
+@register_attack("cwa_sam", kind="ensemble", version=1)
 class CWASAM(CWAFamily):
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         x_adv, M = x.clone(), torch.zeros_like(x)

@@ -8,13 +8,13 @@ from .iterative import IterativeAttack
 from .transforms import InputDiversity
 
 
-@register_attack("difgsm", family="gradient")
+@register_attack("difgsm", kind="gradient", version=1)
 class DIFGSM(IterativeAttack):
     """Parameters: ``resize_rate`` (0.9: resize to 28..31 px and pad back to 32), ``diversity_prob``
     (0.5), ``momentum`` (1.0; 0 gives plain DI²-FGSM). Randomness is per image."""
 
     default_momentum = 1.0
-    extra_defaults = {"resize_rate": 0.9, "diversity_prob": 0.5}
+    extra_defaults = {**IterativeAttack.extra_defaults, "resize_rate": 0.9, "diversity_prob": 0.5}
 
     def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
         self._di = InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]),

@@ -7,7 +7,7 @@ from .base import Attack, SurrogateSet, register_attack
 from .ops import ascent_direction
 
 
-@register_attack("fgsm", family="gradient")
+@register_attack("fgsm", kind="gradient", version=1)
 class FGSM(Attack):
     """x_adv = x + ε·sign(∇L) (L∞) or x + ε·∇L/‖∇L‖₂ (L2). ``steps`` is always 1."""
 

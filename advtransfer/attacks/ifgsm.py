@@ -3,6 +3,6 @@ from .base import register_attack
 from .iterative import IterativeAttack
 
 
-@register_attack("ifgsm", family="gradient", aliases="bim")
+@register_attack("ifgsm", kind="gradient", version=1, aliases="bim")
 class IFGSM(IterativeAttack):
     """Iterative FGSM without momentum; α = ε/T by default."""

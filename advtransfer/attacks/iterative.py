@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import UserError
-from .base import Attack, SurrogateSet
+from .base import Attack, SurrogateSet, take_extra
 from .ops import ascent_direction, momentum_term, project, random_in_ball
 
 
@@ -21,18 +21,15 @@ class IterativeAttack(Attack):
     default_momentum = 0.0
     nesterov = False
     random_start = False
-    extra_defaults: dict[str, Any] = {}
+    #: ``momentum: None`` means the class default (``default_momentum``)
+    extra_defaults: dict[str, Any] = {"momentum": None}
 
-    def init_extra(self, momentum: float | None = None, **kwargs: Any) -> dict[str, Any]:
-        mu = self.default_momentum if momentum is None else float(momentum)
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        extra = take_extra(self, kwargs)
+        mu = self.default_momentum if extra["momentum"] is None else float(extra["momentum"])
         if mu < 0:
             raise UserError(f"momentum must be non-negative, got {mu}")
-        extra = {"momentum": mu}
-        for k, v in self.extra_defaults.items():
-            extra[k] = kwargs.pop(k, v)
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; "
-                            f"it takes {sorted(['momentum', *self.extra_defaults])} besides eps, norm, steps, alpha")
+        extra["momentum"] = mu
         return extra
 
     def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:

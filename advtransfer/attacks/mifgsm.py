@@ -3,7 +3,7 @@ from .base import register_attack
 from .iterative import IterativeAttack
 
 
-@register_attack("mifgsm", family="gradient")
+@register_attack("mifgsm", kind="gradient", version=1)
 class MIFGSM(IterativeAttack):
     """Momentum μ = 1.0 and α = ε/T by default."""
 

@@ -4,7 +4,7 @@ from .base import register_attack
 from .iterative import IterativeAttack
 
 
-@register_attack("nifgsm", family="gradient")
+@register_attack("nifgsm", kind="gradient", version=1)
 class NIFGSM(IterativeAttack):
     """μ = 1.0, α = ε/T by default."""
 

@@ -3,7 +3,7 @@ from .base import register_attack
 from .iterative import IterativeAttack
 
 
-@register_attack("pgd", family="gradient")
+@register_attack("pgd", kind="gradient", version=1)
 class PGD(IterativeAttack):
     """Random start drawn per image from (seed, dataset index); α = 2.5·ε/T by default
     (2/255 for ε = 8/255, T = 10)."""

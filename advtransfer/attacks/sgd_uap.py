@@ -3,7 +3,7 @@ from .base import register_attack
 from .universal import UniversalAttack
 
 
-@register_attack("sgd_uap", family="universal")
+@register_attack("sgd_uap", kind="universal", version=1)
 class SGDUAP(UniversalAttack):
     """Minibatch sign-SGD on mean(min(L, β)) over the crafting images; α = ε/5 decayed ×0.7 per epoch.
     With several surrogates L is the set's ensemble loss (``ensemble``: logit by default)."""

@@ -26,7 +26,7 @@ from .base import Attack, SurrogateSet, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
 
-@register_attack("svre", family="ensemble")
+@register_attack("svre", kind="ensemble", version=1)
 class SVRE(Attack):
     extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "inner_steps": 0, "beta": None}
 

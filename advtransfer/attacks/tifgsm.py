@@ -12,13 +12,13 @@ from .iterative import IterativeAttack
 from .transforms import InputDiversity, gaussian_kernel, translation_invariant
 
 
-@register_attack("tifgsm", family="gradient")
+@register_attack("tifgsm", kind="gradient", version=1)
 class TIFGSM(IterativeAttack):
     """Parameters: ``kernel_size`` (odd, default 5), ``nsig`` (3.0), ``momentum`` (1.0),
     ``diversity_prob`` (0.0: no input diversity; > 0 gives TI-DIM) and ``resize_rate`` (0.9)."""
 
     default_momentum = 1.0
-    extra_defaults = {"kernel_size": 5, "nsig": 3.0, "diversity_prob": 0.0, "resize_rate": 0.9}
+    extra_defaults = {**IterativeAttack.extra_defaults, "kernel_size": 5, "nsig": 3.0, "diversity_prob": 0.0, "resize_rate": 0.9}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)

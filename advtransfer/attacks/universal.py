@@ -15,12 +15,14 @@ no per-sample norm to take. Only L∞ is offered.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
 
 from ..errors import UserError
-from .base import Attack, SurrogateSet
+from ..metrics import predict_batched
+from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
 
 
 class UniversalAttack(Attack):
@@ -31,7 +33,6 @@ class UniversalAttack(Attack):
     ``target_class`` (the one target of a targeted UAP).
     """
 
-    universal = True
     norms = ("linf",)
     default_steps = 40
     extra_defaults: dict[str, Any] = {"n_craft": 2000, "batch": 100, "decay": 0.7, "beta": 12.0,
@@ -41,12 +42,7 @@ class UniversalAttack(Attack):
         return self.eps / 5
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
-        extra = {}
-        for k, v in self.extra_defaults.items():
-            extra[k] = kwargs.pop(k, v)
-        if kwargs:
-            raise UserError(f"attack {self.name!r} got unknown parameters {sorted(kwargs)}; "
-                            f"it takes {sorted(self.extra_defaults)} besides eps, steps, alpha, targeted")
+        extra = take_extra(self, kwargs)
         for k in ("n_craft", "batch"):
             if not isinstance(extra[k], int) or extra[k] < 1:
                 raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
@@ -120,6 +116,38 @@ class UniversalAttack(Attack):
             self.after_update(S, chosen, losses.detach(), xb, yb, delta)
         S.grad_evals = math.ceil(total_evals / n)
         return delta
+
+    def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
+        """A universal cell: δ crafted on training images 0..n_craft−1 (``ctx.train_data``) and
+        applied to the evaluation images, x_adv = clip(x + δ). A targeted UAP has one target class;
+        evaluation images of that class are left out (they cannot show a success), so the crafted
+        ``index`` is a subset. Cached with the cell: δ (1×C×H×W), the labels of the evaluated images
+        and one clean example (for the figure). Row fields: ``universal``, ``n_craft``, the
+        surrogate set's fooling rate on up to 500 crafting images, ``bandit_counts`` (X-Transfer)."""
+        import json
+
+        if ctx.train_data is None:
+            raise UserError(f"attack {self.name!r} crafts on training images; this context has none")
+        keep = ctx.y != self.extra["target_class"] if self.targeted else torch.ones(len(ctx.y), dtype=torch.bool)
+        x, y, index = ctx.x[keep], ctx.y[keep], ctx.index[keep]
+        x_craft, y_craft, _ = ctx.train_data(self.extra["n_craft"])
+        t0 = time.perf_counter()
+        delta = self.craft_delta(S, x_craft, y_craft, ctx.device).cpu()
+        craft_s = time.perf_counter() - t0
+        x_adv = (x + delta).clamp(0, 1)
+        target = torch.full_like(y, self.extra["target_class"]) if self.targeted else None
+        xs, ys = x_craft[:500], y_craft[:500]  # how well δ fits the crafting images
+        pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
+        pa = predict_batched(S.predict, (xs + delta).clamp(0, 1), ctx.batch_size, ctx.device)
+        ok = pc == ys
+        info = self.info()
+        fields = {"universal": True, "n_craft": len(x_craft),
+                  "craft_fooling_rate": float(((pa != ys) & ok).sum() / ok.sum().clamp_min(1)),
+                  "bandit_counts": json.dumps(info["bandit_counts"], sort_keys=True) if "bandit_counts" in info else None}
+        if ctx.progress is not None:
+            ctx.progress(len(ctx.x))
+        return Crafted(x_adv, index, target, int(S.grad_evals), craft_s,
+                       tensors={"delta": delta, "y": y, "x_example": x[:1]}, fields=fields)
 
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Called as a plain attack: crafts δ on these very images and returns clip(x + δ).

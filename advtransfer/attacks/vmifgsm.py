@@ -8,14 +8,14 @@ from .iterative import IterativeAttack
 from .ops import ascent_direction, momentum_term, project
 
 
-@register_attack("vmifgsm", family="gradient")
+@register_attack("vmifgsm", kind="gradient", version=1)
 class VMIFGSM(IterativeAttack):
     """Each step uses ∇ + v, where v is the previous step's mean gradient at ``n_samples`` points
     drawn uniformly in a β·ε cube around x_t minus the gradient at x_t (N = 20, β = 1.5 as in the
     paper). Neighbours are not clipped to [0,1], as in the authors' code. Cost: T·(1+N)·n."""
 
     default_momentum = 1.0
-    extra_defaults = {"n_samples": 20, "beta": 1.5}
+    extra_defaults = {**IterativeAttack.extra_defaults, "n_samples": 20, "beta": 1.5}
 
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         mu = self.extra["momentum"]

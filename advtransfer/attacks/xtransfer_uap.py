@@ -19,7 +19,7 @@ from .base import SurrogateSet, register_attack
 from .universal import UniversalAttack
 
 
-@register_attack("xtransfer_uap", family="universal")
+@register_attack("xtransfer_uap", kind="universal", version=1)
 class XTransferUAP(UniversalAttack):
     """UCB bandit over the surrogate pool: ``k`` members per update (default 2), exploration ``ucb_c``
     (default 0.1: rewards, loss increases per update, measured 0.07-0.13 nats on the cpu-size CIFAR

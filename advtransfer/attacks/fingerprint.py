@@ -1,0 +1,84 @@
+"""Output fingerprints of the registered attacks on a fixed tiny input.
+
+An attack's ``version`` enters every cell id, so examples crafted by older code are never reused;
+that only works if the version is bumped whenever the output changes. ``tests/test_attack_versions.py``
+compares each attack's fingerprint with the one recorded beside its version in
+``tests/attack_fingerprints.json``: a changed output under an unchanged version fails the suite.
+
+After an intended change: bump the attack's ``version`` in its ``register_attack`` line, then
+
+    python -m advtransfer.attacks.fingerprint --update tests/attack_fingerprints.json
+
+The input: two small randomly initialised conv nets (fixed seeds, float64, so the result does not
+depend on float summation order at this precision) and 6 random images 3×32×32 in [0,1]; each
+attack runs 2 steps at ε = 8/255 (universal attacks: δ crafted on the 6 images, 3 per update). The
+fingerprint hashes x_adv rounded to 2⁻³⁰.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from . import ATTACKS, SurrogateSet, create_attack
+
+#: per-attack parameters that keep the fingerprint cheap (and exercise the attack's own options)
+SMALL = {"vmifgsm": {"n_samples": 3}, "svre": {"inner_steps": 2},
+         "sgd_uap": {"n_craft": 6, "batch": 3}, "xtransfer_uap": {"n_craft": 6, "batch": 3, "k": 1}}
+
+
+def _tiny_net(seed: int) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 8, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    return net.eval()
+
+
+def fixed_input() -> tuple[list[nn.Module], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two tiny float64 models, 6 images (float64 in [0,1]), labels and dataset indices."""
+    g = torch.Generator().manual_seed(12345)
+    x = torch.rand(6, 3, 32, 32, generator=g, dtype=torch.float64)
+    y = torch.tensor([0, 1, 2, 3, 4, 5])
+    return [_tiny_net(1), _tiny_net(2)], x, y, torch.arange(100, 106)
+
+
+def fingerprint(name: str) -> str:
+    """sha256 (first 16 hex digits) of attack ``name``'s output on :func:`fixed_input`, computed
+    with one thread (restored afterwards)."""
+    models, x, y, index = fixed_input()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        atk = create_attack(name, eps=8 / 255, steps=2, **SMALL.get(name, {}))
+        x_adv = atk(SurrogateSet(models), x, y, index)
+    finally:
+        torch.set_num_threads(threads)
+    q = torch.round(x_adv.double() * 2 ** 30).to(torch.int64)
+    return hashlib.sha256(q.numpy().tobytes()).hexdigest()[:16]
+
+
+def current() -> dict[str, dict]:
+    """{attack: {"version": v, "fingerprint": f}} for every registered attack."""
+    return {n: {"version": ATTACKS.get(n).version, "fingerprint": fingerprint(n)} for n in ATTACKS.names()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--update", metavar="JSON", help="write the current fingerprints to this file")
+    args = ap.parse_args(argv)
+    table = current()
+    if args.update:
+        Path(args.update).write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(table, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
