@@ -180,3 +180,43 @@ def test_bad_input_exits_2(tmp_path, capsys):
     assert "'nope'" in capsys.readouterr().err
     assert main(["compare", str(old), "--a", "cwa"]) == 2
     assert main(["report", str(tmp_path / "nope")]) == 2
+
+
+def test_report_md_html_tex(tmp_path):
+    from advtransfer.analysis import report as rep
+
+    run = make_run(tmp_path / "run", replicates=1)
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    html = (run / "report" / "report.html").read_text()
+    # resnet_a: +20/160 = +12.5 points, McNemar p = 0.0022 (< 0.01), Holm 2p = 0.0044
+    sentence = ("cwa vs its baseline at equal gradient evaluations on resnet_a (surrogate ens3, ε 8/255): "
+                "+12.5 points [")
+    assert sentence in md and sentence in html
+    assert "McNemar p = 0.0022, Holm 0.0044: cwa significantly stronger" in md
+    # densenet_b: (5 - 6)/150 = -0.7 points, p = 1, Holm 1: no significant difference
+    assert "on densenet_b (surrogate ens3, ε 8/255): \u22120.7 points [" in md
+    assert "McNemar p = 1, Holm 1: no significant difference" in md
+    # the report computed and wrote the comparisons it needed
+    assert (run / "comparisons.parquet").is_file()
+    # ASR with Wilson interval: cwa on resnet_a 80/160 -> 50.0 [42.3, 57.7]
+    assert "50.0 [42.3, 57.7]" in md and "<table>" in html and "<h2>Comparisons</h2>" in html
+    tex = sorted(p.name for p in (run / "report" / "tables").glob("*.tex"))
+    assert {"configuration.tex", "models.tex", "comparisons.tex", "compute.tex"} <= set(tex)
+    assert any(t.startswith("asr_cwa") for t in tex)
+    ctex = (run / "report" / "tables" / "comparisons.tex").read_text()
+    assert "\\toprule" in ctex and "base\\_evals[cwa]" in ctex
+
+    # hook point: an optional section appears in both formats
+    def extra(ctx):
+        return rep.Section("Distortion", ["margins of " + str(len(ctx.results)) + " rows"])
+
+    paths = rep.build_report(run, tmp_path / "r2", extra_sections=[extra])
+    assert "## Distortion" in paths["md"].read_text() and "margins of 4 rows" in paths["html"].read_text()
+
+
+def test_report_without_baselines_says_so(tmp_path):
+    run = make_run(tmp_path / "old", with_baseline_columns=False)
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    assert "No comparisons:" in md and "baseline_for" in md
