@@ -390,14 +390,14 @@ body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-
 h1 { font-size: 1.6em; border-bottom: 2px solid #333; padding-bottom: .2em; }
 h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; padding-bottom: .15em; }
 nav ul { columns: 2; list-style: none; padding: 0; } nav a { color: #1a5fb4; text-decoration: none; }
-table { border-collapse: collapse; margin: .6em 0 1.4em; font-size: 13px;
+table { border-collapse: collapse; margin: .3em 0 1.4em; font-size: 13px;
         font-variant-numeric: tabular-nums; display: block; overflow-x: auto; max-width: 100%; }
-caption { caption-side: top; text-align: left; font-weight: 600; padding: .3em 0; }
+p.caption { font-weight: 600; font-size: 13px; margin: 1.2em 0 .2em; }
 th, td { padding: .28em .7em; border-bottom: 1px solid #e3e3e3; text-align: left; white-space: nowrap; }
 th.num, td.num { text-align: right; }
 thead th { border-bottom: 2px solid #555; background: #f6f6f6; }
 tbody tr:hover { background: #fafaf0; }
-figure { margin: 1em 0 1.8em; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figure { margin: 1em 0 1.8em; } figure img { max-width: min(100%, 900px); border: 1px solid #ddd; }
 figcaption { font-size: 13px; color: #555; }
 li { margin: .35em 0; }
 .meta { color: #666; font-size: 13px; }
@@ -408,10 +408,10 @@ li { margin: .35em 0; }
 {% for s in sections %}
 <section id="{{ s.anchor }}">
 <h2>{{ s.title }}</h2>
-{% for b in s.blocks %}{% if b is string %}<p>{{ b }}</p>
-{% elif b.__class__.__name__ == 'Table' %}<table>{% if b.caption %}<caption>{{ b.caption }}</caption>{% endif %}
-<thead><tr>{% for c in b.columns %}<th{{ ' class="num"' if b.numeric[loop.index0] }}>{{ c }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in b.rows %}<tr>{% for c in row %}<td{{ ' class="num"' if b.numeric[loop.index0] }}>{{ c }}</td>{% endfor %}</tr>
+{% for b in s.blocks %}{% if b is string %}<p>{{ b | inline }}</p>
+{% elif b.__class__.__name__ == 'Table' %}{% if b.caption %}<p class="caption">{{ b.caption }}</p>{% endif %}<table>{% set num = b.numeric %}
+<thead><tr>{% for c in b.columns %}<th{% if num[loop.index0] %} class="num"{% endif %}>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in b.rows %}<tr>{% for c in row %}<td{% if num[loop.index0] %} class="num"{% endif %}>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table>
 {% elif b.__class__.__name__ == 'Figure' %}<figure><img src="{{ b.src }}" alt="{{ b.caption }}"><figcaption>{{ b.caption }}</figcaption></figure>
 {% else %}{{ b.html | safe }}
@@ -436,10 +436,20 @@ def render_markdown(title: str, sections: list[Section]) -> str:
     return _env().from_string(MD_TEMPLATE).render(title=title, sections=sections)
 
 
+def _inline_html(text: str):
+    """Escape a paragraph and turn `code` spans into <code> elements."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
 def render_html(title: str, sections: list[Section]) -> str:
     import jinja2
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["inline"] = _inline_html
     return env.from_string(HTML_TEMPLATE).render(title=title, sections=sections)
 
 
