@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Sequence
 
+from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
 from .errors import UserError
 
 EPILOG = """\
@@ -20,6 +21,8 @@ examples:
   advtransfer zoo list                           models, whether trained, clean accuracy
   advtransfer plot results/cifar10               transfer-matrix heatmaps of a run
   advtransfer attacks                            the attack registry
+  advtransfer compare results/cifar10            attacks vs matched baselines (McNemar, Holm)
+  advtransfer report results/cifar10             report.md/html and LaTeX tables of a run
 
 environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
 default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
@@ -69,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
 
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    add_compare_parser(sub)
+    add_report_parser(sub)
     return ap
 
 
@@ -194,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks}[args.cmd](args)
+        return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
+                "compare": cmd_compare, "report": cmd_report}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,62 @@
+"""``advtransfer compare`` and ``advtransfer report`` (registered in :mod:`advtransfer.cli`)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="paired comparisons (exact McNemar, 95%% CI, Holm) of attacks vs their matched baselines, "
+                        "or of two runs; writes comparisons.parquet/csv and forest plots",
+        description="Compare rows on the same images and victim. One run: every attack against its matched "
+                    "baselines (or --a against --b). Two runs: each row of RUN against the same row of RUN_B "
+                    "(diff = RUN - RUN_B).")
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("run_b", nargs="?", metavar="RUN_B", help="a second run folder: regression diff RUN - RUN_B")
+    p.add_argument("--a", dest="a_label", metavar="LABEL", help="attack label of row A (with --b)")
+    p.add_argument("--b", dest="b_label", metavar="LABEL", help="attack label of row B (with --a)")
+    p.add_argument("--method", default="newcombe", choices=["newcombe", "bootstrap"],
+                   help="95%% interval of the difference: Newcombe's paired score interval (default) or a seeded "
+                        "paired bootstrap (10,000 resamples)")
+    p.add_argument("--out", metavar="DIR", help="folder for the tables and figures/ (default: RUN)")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the forest plots")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare_run, compare_runs, forest_plot, format_table, write_comparisons
+
+    out = Path(args.out) if args.out else Path(args.run_dir)
+    if args.run_b:
+        if args.a_label or args.b_label:
+            raise UserError("--a/--b pick rows within one run; with two runs every shared row is compared")
+        df = compare_runs(args.run_dir, args.run_b, args.method)
+        stem = f"comparisons_vs_{Path(args.run_b).resolve().name}"
+    else:
+        df = compare_run(args.run_dir, args.a_label, args.b_label, args.method)
+        stem = "comparisons"
+    paths = write_comparisons(df, out, stem)
+    print(format_table(df))
+    print(f"\ncomparisons: {paths[0]} and {paths[1]}")
+    if not args.no_plot:
+        figs = forest_plot(df, out, stem)
+        print(f"forest plots: {len(figs)} files in {out / 'figures'}/")
+    return 0
+
+
+def add_report_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write RUN/report/report.md, report.html and LaTeX tables of a run",
+                       description="Report of a run folder: configuration, clean accuracies, ASR tables with "
+                                   "Wilson intervals, transfer matrices, comparisons as sentences, compute.")
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    paths = build_report(args.run_dir, args.out)
+    print(f"report: {paths['md']} and {paths['html']}; {len(paths['tex'])} LaTeX tables in {paths['md'].parent / 'tables'}/")
+    return 0
