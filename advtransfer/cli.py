@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--size", help="override the grid's zoo size (ci, cpu, full)")
     g.add_argument("-n", type=int, help="override the number of images")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
+    g.add_argument("--no-report", action="store_true", help="do not write RUN/report (comparisons, tables, report.html)")
     _common(g)
 
     z = sub.add_parser("zoo", help="train or list the model zoo (surrogates/*.yaml, victims/*.yaml)")
@@ -119,6 +120,11 @@ def cmd_grid(args: argparse.Namespace) -> int:
         figs = plot_run(run_dir)
         print(f"figures: {len(figs)} files in {run_dir / 'figures'}/")
     _print_summary(run_dir)
+    if not args.no_report:
+        from .analysis.report import build_report
+
+        paths = build_report(run_dir)
+        print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
     return 0
 
 

@@ -7,7 +7,7 @@ retrained surrogate gives new cells and cached adversarial examples are never re
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from .registry import suggest
 from .utils import eps_to_str, parse_fraction, short_hash
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-GRID_KEYS = {"name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+MATCH_KINDS = ("step", "evals")
+GRID_KEYS = {"matched", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -74,6 +75,7 @@ class GridSpec:
     victims: list[str]
     source: str = ""
     raw: dict = field(default_factory=dict)
+    matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims)
@@ -195,6 +197,11 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     _need(all(isinstance(s, int) for s in seeds), src, "seeds must be integers")
     budget = raw.get("budget", "steps")
     _need(budget in ("steps", "grad_evals"), src, f"budget must be 'steps' or 'grad_evals', not {budget!r}")
+    matched = raw.get("matched") or []
+    matched = [matched] if isinstance(matched, str) else matched
+    _need(isinstance(matched, list) and all(m in MATCH_KINDS for m in matched), src,
+          f"matched must be a list of {', '.join(MATCH_KINDS)} (baselines matched in step size and steps, "
+          f"or in step size and gradient evaluations), got {raw.get('matched')!r}")
     size = raw.get("size", "cpu")
     from .config import SIZES
 
@@ -204,7 +211,8 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         split=str(raw.get("split", "test")), n=n, start=int(raw.get("start", 0)), size=size,
         batch_size=int(raw.get("batch_size", 250)), seeds=seeds, norm=norm, eps=eps,
         targeted=bool(raw.get("targeted", False)), budget=budget, attacks=attack_list,
-        surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw))
+        surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw),
+        matched=tuple(dict.fromkeys(matched)))
     _check_models(spec)
     return spec
 
@@ -225,6 +233,8 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     """
     from .attacks import create_attack
 
+    if entry.match != "none":  # a matched baseline: its parameters were resolved for this cell
+        return create_attack(entry.attack, eps=eps, seed=seed, **entry.params)
     params = dict(entry.params)
     params.setdefault("norm", spec.norm)
     params.setdefault("targeted", spec.targeted)
@@ -259,26 +269,77 @@ def _match_grad_evals(entry: AttackEntry, params: dict, eps: float, seed: int, n
     return best
 
 
+#: the baseline every other per-image attack is matched against: MI-FGSM on the logit ensemble
+BASELINE_ATTACK = "mifgsm"
+
+
+def is_baseline(entry: AttackEntry) -> bool:
+    """A matched baseline row, or an entry that is itself the baseline (MI-FGSM, logit ensemble)."""
+    return entry.match != "none" or (entry.attack == BASELINE_ATTACK and entry.params.get("ensemble", "logit") == "logit")
+
+
+def _ratio_label(alpha: float, eps: float) -> str:
+    k = eps / alpha
+    return f"eps/{round(k)}" if abs(k - round(k)) < 1e-6 else f"{alpha * 255:.3g}/255"
+
+
+def matched_baseline(attack, match: str, n_models: int) -> tuple[str, dict]:
+    """(label, parameters) of the MI-FGSM logit-ensemble baseline matched to a resolved ``attack``
+    on ``n_models`` surrogates: ``step`` takes its step size α and its steps; ``evals`` its step
+    size α and as many steps as fit in its gradient evaluations per image (MI-FGSM costs one per
+    model and step). The label names the baseline by what defines it, so two attacks with the same
+    matched baseline share one cell."""
+    if match == "step":
+        steps = attack.steps
+    else:
+        steps = max(1, attack.grad_evals_formula(n_models) // n_models)
+    params = {"steps": steps, "alpha": attack.alpha, "norm": attack.norm, "targeted": attack.targeted,
+              "ensemble": "logit"}
+    return f"base_{match}[T={steps},a={_ratio_label(attack.alpha, attack.eps)}]", params
+
+
 def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
-    """All cells of the grid. ``model_shas`` maps model name → sha256 of its weights."""
-    cells = []
+    """All cells of the grid. ``model_shas`` maps model name → sha256 of its weights.
+
+    With ``matched`` the grid adds, for each (surrogate set, attack, ε, seed) whose attack is a
+    per-image kind and not itself the baseline, the matched MI-FGSM baselines (see
+    :func:`matched_baseline`); a baseline serving several attacks is one cell whose
+    ``baseline_for`` lists them."""
+    from .attacks import ATTACKS
+
+    cells: dict[str, Cell] = {}
+
+    def add(s: SurrogateEntry, a: AttackEntry, eps: float, seed: int, attack) -> None:
+        config = {
+            "dataset": spec.dataset, "split": spec.split, "start": spec.start, "n": spec.n,
+            "size": spec.size, "surrogate": list(s.models),
+            "surrogate_weights": list(s.weights) if s.weights else None,
+            "surrogate_sha": [model_shas[m] for m in s.models], "label": a.label,
+            "attack": a.attack, "attack_kind": attack.kind, "attack_version": attack.version,
+            "attack_params": attack.params(), "seed": seed,
+        }
+        if s.options:
+            config["surrogate_options"] = dict(s.options)
+        cid = short_hash(config)
+        if cid in cells:  # a shared baseline: it serves one more attack
+            old = cells[cid]
+            fors = old.attack.baseline_for.split(",") + [f for f in a.baseline_for.split(",") if f]
+            a = replace(old.attack, baseline_for=",".join(dict.fromkeys(fors)))
+        cells[cid] = Cell(cid, s, a, eps, seed, config)
+
     for s in spec.surrogates:
         for a in (a for a in spec.attacks if s.runs(a)):
             for eps in spec.eps:
                 for seed in spec.seeds:
                     attack = resolve_attack(a, spec, eps, seed, len(s.models))
-                    config = {
-                        "dataset": spec.dataset, "split": spec.split, "start": spec.start, "n": spec.n,
-                        "size": spec.size, "surrogate": list(s.models),
-                        "surrogate_weights": list(s.weights) if s.weights else None,
-                        "surrogate_sha": [model_shas[m] for m in s.models],
-                        "attack": a.attack, "attack_kind": attack.kind, "attack_version": attack.version,
-                        "attack_params": attack.params(), "seed": seed,
-                    }
-                    if s.options:
-                        config["surrogate_options"] = dict(s.options)
-                    cells.append(Cell(short_hash(config), s, a, eps, seed, config))
-    return cells
+                    add(s, a, eps, seed, attack)
+                    if is_baseline(a) or ATTACKS.get(a.attack).kind not in ("gradient", "ensemble"):
+                        continue
+                    for match in spec.matched:
+                        label, params = matched_baseline(attack, match, len(s.models))
+                        b = AttackEntry(label, BASELINE_ATTACK, params, match, a.label)
+                        add(s, b, eps, seed, resolve_attack(b, spec, eps, seed, len(s.models)))
+    return list(cells.values())
 
 
 def describe(cell: Cell) -> str:

@@ -50,7 +50,7 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
     for (label, eps, norm, targeted), sub in df.groupby(keys, sort=True):
         asr, wb, order = transfer_matrix(sub)
         nr, nc = asr.shape
-        fig, ax = plt.subplots(figsize=(1.6 + 0.85 * nc, 1.4 + 0.55 * nr + 0.6))
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.6 + 0.85 * nc), 1.4 + 0.55 * nr + 0.6))
         im = ax.imshow(asr.to_numpy(dtype=float), cmap="viridis", vmin=0, vmax=100, aspect="auto")
         for i in range(nr):
             for j in range(nc):

@@ -186,7 +186,9 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         if "baseline_for" in missing:
             raise UserError(f"{run_dir} has no `baseline_for` column (a run from before matched baselines): rerun the "
                             "grid with the current version, or name a pair with --a LABEL --b LABEL")
-        base = df[df["baseline_for"] != ""]
+        # a baseline row may serve several attacks (``baseline_for`` lists their labels, comma-separated)
+        base = df[df["baseline_for"] != ""].assign(baseline_for=lambda d: d["baseline_for"].str.split(","))
+        base = base.explode("baseline_for", ignore_index=True)
         att = df[df["baseline_for"] == ""]
         if base.empty:
             raise UserError(f"{run_dir} has no matched baseline rows (no grid entry asked for one); "

@@ -456,11 +456,13 @@ def render_html(title: str, sections: list[Section]) -> str:
 # --- entry point ----------------------------------------------------------------------------------------
 def _load_comparisons(run_dir: Path) -> tuple[pd.DataFrame | None, str]:
     """The run's comparisons.parquet; if absent, computed (and written, with forest plots) when the
-    run has matched baselines. Returns (table or None, a note for the report)."""
+    run has matched baselines, or older than the run's table (the grid added rows since).
+    Returns (table or None, a note for the report)."""
     from .compare import compare_run, forest_plot, write_comparisons
 
     path = run_dir / "comparisons.parquet"
-    if path.is_file():
+    results = run_dir / "results.parquet"
+    if path.is_file() and (not results.is_file() or path.stat().st_mtime_ns >= results.stat().st_mtime_ns):
         return pd.read_parquet(path), ""
     try:
         df = compare_run(run_dir)
