@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
 
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    from .analysis.cli_distortion import add_distortion_parser
+    add_distortion_parser(sub)
     return ap
 
 
@@ -194,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks}[args.cmd](args)
+        from .analysis.cli_distortion import cmd_distortion
+        return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
+                "distortion": cmd_distortion}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2
