@@ -131,7 +131,7 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
         eps0 = float(sg["eps"].max())
         base = sg[sg["eps"] == eps0]
         victims = sorted(base["victim"].unique())
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=(8.6, 4.2))
         colors = plt.get_cmap("tab10")
         for k, v in enumerate(victims):
             bv = base[base["victim"] == v]
@@ -146,7 +146,7 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
                     Line2D([], [], ls="", marker="o", color="gray", mec="black")]
         labels += [f"line: scaled direction of the ε={eps0 * 255:.0f}/255 craft",
                    "marker: crafted at that ε (results table)"]
-        ax.legend(handles, labels, fontsize=7, loc="lower right")
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         ax.set_xlabel("L∞ ε (×1/255)")
         ax.set_ylabel("ASR on clean-correct images (%)")
         ax.set_xlim(0, eps_max * 255)

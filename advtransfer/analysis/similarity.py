@@ -86,6 +86,7 @@ def sat_matrix(pairs: pd.DataFrame) -> pd.DataFrame:
     m = pd.DataFrame(np.nan, index=models, columns=models)
     for r in pairs.itertuples():
         m.loc[r.model_a, r.model_b] = m.loc[r.model_b, r.model_a] = r.sat
+    m.attrs["n_pairs"] = {(r.model_a, r.model_b): int(r.n_pairs) for r in pairs.itertuples()}
     for k in models:
         m.loc[k, k] = SAT_MAX
     return m
@@ -124,7 +125,9 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
         for j in range(k):
             v = m.iat[i, j]
             if np.isfinite(v):
-                txt = "—" if i == j else f"{v:.2f}\n({math.exp(v):.0f}%)"
+                npair = m.attrs["n_pairs"].get((models[i], models[j])) or m.attrs["n_pairs"].get((models[j], models[i]))
+                pct = "≤0.1%" if v <= math.log(EPS_S) + 1e-9 else f"{math.exp(v):.1f}%"
+                txt = "—" if i == j else f"{v:.2f}\n({pct}, n={npair})"
                 ax.text(j, i, txt, ha="center", va="center", fontsize=8, color="white" if v < 3 else "black")
     ax.set_xticks(range(k), models, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(k), models, fontsize=8)
