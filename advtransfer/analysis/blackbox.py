@@ -279,12 +279,13 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
         old = pd.DataFrame()
         models = iter([("model", lambda: model)])
     for v, get in models:
+        m = None
         for nm in norms:
             if len(old) and len(old[(old.victim == v) & (old.norm == nm) & old.budget.isin(budgets)
                                     & old["index"].isin(index.numpy())]) == len(budgets) * len(index):
                 continue
             log(f"HopSkipJump {nm} against {v}: {len(x)} images, budgets {budgets}")
-            m = get()
+            m = get() if m is None else m
             with torch.no_grad():
                 clean_ok = m(x.to(device)).argmax(1).cpu() == y
             out = hsja(_Device(m, device), x, y, budgets, nm, index, seed)

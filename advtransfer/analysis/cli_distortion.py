@@ -89,8 +89,10 @@ def cmd_distortion(args: argparse.Namespace) -> int:
         print(f"\nHopSkipJump yardstick ({args.blackbox_n} images; minimal distortion found within the budget; "
               "L∞ ×255)")
         bs = bs.assign(median_min_linf=bs["median_min_linf"] * 255)
+        asr_cols = [c for c in bs.columns if c.startswith("asr_linf_")]
         print(bs[["victim", "norm", "budget", "n_clean_correct", "median_min_l2", "median_min_linf",
-                  "mean_queries"]].round(3).to_string(index=False))
+                  "mean_queries", *asr_cols]].round(3).to_string(index=False))
+        print("(asr_linf_E: share of clean-correct images HopSkipJump fooled within L∞ E, the run's ε in [0,1] units)")
 
     exp, _ = exposure_table(run)
     print("\nworst case over transfer attacks (union over every surrogate × attack at each ε; white-box cells left out)")
