@@ -166,8 +166,7 @@ def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[i
     theta = gamma / (d ** 1.5 if norm == "l2" else d ** 2)
     o = _Oracle(model, x, y, budgets[-1], budgets)
     # clean query
-    a0, _ = o.ask(torch.arange(n), x)
-    o.count[a0] = o.count[a0]  # misclassified images stop here (distortion 0 recorded by ask)
+    a0, _ = o.ask(torch.arange(n), x)   # misclassified images stop here (distortion 0 recorded by ask)
     todo = (~a0).nonzero().squeeze(1)
     # starting points: uniform noise until adversarial
     start = x.clone()
