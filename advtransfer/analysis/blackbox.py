@@ -294,17 +294,28 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
                     "clean_correct": clean_ok.numpy(), "min_l2": out["min_l2"][k].numpy(),
                     "min_linf": out["min_linf"][k].numpy(),
                     "queries_used": torch.clamp(out["queries"], max=b).numpy()}))
+            if run_dir is not None:   # after each victim and variant, so a long run keeps what it did
+                _write(run_dir, _merge(old, frames), res)
+    table = _merge(old, frames)
+    if run_dir is not None:
+        _write(run_dir, table, res)
+    return table
+
+
+def _merge(old: pd.DataFrame, frames: list[pd.DataFrame]) -> pd.DataFrame:
     new = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     table = pd.concat([old, new], ignore_index=True) if len(old) else new
     if len(table):
         table = table.drop_duplicates(["victim", "norm", "budget", "index"], keep="last").reset_index(drop=True)
-    if run_dir is not None:
-        with atomic_path(Path(run_dir) / "blackbox.parquet") as tmp:
-            table.to_parquet(tmp, index=False)
-        summ = summarize_blackbox(table, eps=sorted(set(res["eps"])))
-        with atomic_path(Path(run_dir) / "blackbox_summary.csv") as tmp:
-            summ.to_csv(tmp, index=False)
     return table
+
+
+def _write(run_dir, table: pd.DataFrame, res: pd.DataFrame) -> None:
+    with atomic_path(Path(run_dir) / "blackbox.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    summ = summarize_blackbox(table, eps=sorted(set(res["eps"]))) if len(table) else pd.DataFrame()
+    with atomic_path(Path(run_dir) / "blackbox_summary.csv") as tmp:
+        summ.to_csv(tmp, index=False)
 
 
 class _Device(nn.Module):
