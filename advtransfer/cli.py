@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
+from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .errors import UserError
 
 EPILOG = """\
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
     add_compare_parser(sub)
     add_report_parser(sub)
+    add_distortion_parser(sub)
     return ap
 
 
@@ -206,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "compare": cmd_compare, "report": cmd_report}[args.cmd](args)
+                "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2

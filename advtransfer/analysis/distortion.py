@@ -1,0 +1,352 @@
+"""Minimal distortion along the transfer direction ("distortion at the centre", after FiT).
+
+For an image x (pixels in [0,1], 3×H×W), its transferred adversarial example x_adv and the
+direction δ = x_adv − x, the victim f is queried along the ray
+
+    x(t) = clip(x + t·δ, 0, 1),   t ≥ 0,
+
+and the **minimal scale** is t* = min{t ≥ 0 : f is fooled by x(t)} (untargeted: argmax f(x(t)) ≠ y;
+targeted: argmax f(x(t)) = target). Reported with it: ``min_linf`` = ‖x(t*) − x‖∞ and
+``min_l2`` = ‖x(t*) − x‖₂ (per image, pixels in [0,1]; L∞ reads like ε, e.g. 8/255 ≈ 0.0314), and
+``queries``, the number of victim forward passes spent on that image.
+
+Search (:func:`min_scale_search`), batched: every still-unresolved image of a batch is sent to
+the victim in one forward pass per iteration.
+
+1. t = 0: one query. Already fooled (a clean-misclassified image) → t* = 0, distortion 0.
+2. Bracket: t = 1 (x_adv itself), then doubling t = 2, 4, ... (the last step is the cap itself),
+   up to ``cap`` (default 4). Not fooled at the cap → t* = inf, min_linf = min_l2 = inf.
+3. Bisection on [lo, hi] (lo not fooled, hi fooled) until hi − lo ≤ max(rel_tol·hi,
+   abs_tol / ‖δ‖∞), i.e. the scale is known to a relative 1/64 (``rel_tol``) or to
+   1/255/8 ≈ 4.9e-4 in L∞ (``abs_tol``), whichever is reached first. t* is the final ``hi``: a
+   point the victim was seen to be fooled at, within the tolerance above the crossing.
+
+Non-monotonicity: f need not be monotone along the ray (an image can be fooled at t = 0.3, right
+at t = 0.5 and fooled again at t = 1). Bisection returns *a* boundary crossing inside the first
+bracket that the doubling finds, not necessarily the smallest t that fools f. The doubling also
+skips any fooled island lying strictly between two bracket points. min_scale is therefore an
+upper bound on the true minimal scale along δ, and a lower bound on nothing.
+
+Queries per image are exact: 1 (t = 0) + bracket steps + bisection steps; e.g. t* < 1 with
+rel_tol = 0 and abs_tol/‖δ‖∞ = 1/64 costs 1 + 1 + 6 = 8.
+
+Row summaries (:func:`summarize`): over the victim's clean-correct images, median and quartiles
+of min L∞ and L2 (inf counts as "not fooled within the cap"), the success-vs-distortion curve
+S(r) = #{clean-correct i : min_linf_i ≤ r} / #clean-correct on a grid r ∈ [0, r_max], and its
+normalised area AUC = (1/r_max)∫₀^{r_max} S(r) dr (trapezoid rule, r_max = 16/255 by default), in
+[0, 1]: 1 means every image is fooled at zero distortion.
+
+:func:`measure_run` measures every cell of a run folder and merges the results into
+``samples/<cell_id>.parquet``; the summary goes to ``RUN/distortion.parquet`` and ``.csv``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+
+from ..errors import UserError
+from ..utils import atomic_path
+
+DEFAULT_CAP = 4.0
+DEFAULT_REL_TOL = 1.0 / 64
+DEFAULT_ABS_TOL = 1.0 / 255 / 8      # L∞ tolerance in pixel units
+DEFAULT_R_MAX = 16.0 / 255           # right end of the L∞ success-vs-distortion curve
+MEASURED_COLUMNS = ("min_scale", "min_linf", "min_l2", "queries")
+
+
+def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
+    """Evenly spaced L∞ radii 0..r_max (pixels in [0,1]); 65 points = steps of 1/1020 for 16/255."""
+    return np.linspace(0.0, r_max, points)
+
+
+@torch.no_grad()
+def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bool) -> torch.Tensor:
+    pred = victim(x).argmax(1)
+    return pred == goal if targeted else pred != goal
+
+
+@torch.no_grad()
+def min_scale_search(victim: nn.Module, x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
+                     targeted: bool = False, cap: float = DEFAULT_CAP, rel_tol: float = DEFAULT_REL_TOL,
+                     abs_tol: float = DEFAULT_ABS_TOL, batch_size: int = 500, device: str = "cpu"
+                     ) -> dict[str, torch.Tensor]:
+    """Minimal fooling scale along δ = x_adv − x for each image (see the module docstring).
+
+    x, x_adv: N×C×H×W float in [0,1]; y: int64 N, true labels (targeted: the targets).
+    ``cap`` (> 0): largest scale tried; ``rel_tol`` (relative to the scale) and ``abs_tol``
+    (L∞ in pixel units) set when bisection stops. Returns float64/int64 CPU tensors of length N:
+    ``min_scale`` (inf if not fooled up to the cap, 0 if fooled at x), ``min_linf``, ``min_l2``
+    (of clip(x + t*·δ) − x per image) and ``queries`` (victim forward passes per image).
+    """
+    if not cap > 0 or not math.isfinite(cap):
+        raise UserError(f"cap must be a positive finite scale, got {cap}")
+    if rel_tol < 0 or abs_tol < 0 or (rel_tol == 0 and abs_tol == 0):
+        raise UserError(f"tolerances must be >= 0 and not both 0 (rel_tol={rel_tol}, abs_tol={abs_tol})")
+    if x.shape != x_adv.shape or len(y) != len(x):
+        raise UserError(f"x {tuple(x.shape)}, x_adv {tuple(x_adv.shape)} and y ({len(y)}) do not match")
+    outs = [_search_batch(victim, x[s:s + batch_size].to(device), x_adv[s:s + batch_size].to(device),
+                          y[s:s + batch_size].to(device), targeted, cap, rel_tol, abs_tol)
+            for s in range(0, len(x), batch_size)]
+    if not outs:
+        e = torch.zeros(0, dtype=torch.float64)
+        return {"min_scale": e, "min_linf": e.clone(), "min_l2": e.clone(), "queries": torch.zeros(0, dtype=torch.int64)}
+    return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+
+
+def _search_batch(victim, x, x_adv, y, targeted, cap, rel_tol, abs_tol) -> dict[str, torch.Tensor]:
+    n = len(x)
+    delta = x_adv - x
+    dinf = delta.flatten(1).abs().amax(1).double().cpu()
+    queries = torch.zeros(n, dtype=torch.int64)
+    lo = torch.zeros(n, dtype=torch.float64)
+    hi = torch.full((n,), math.inf, dtype=torch.float64)
+
+    def at(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Query the victim at scales t (float64, len(idx)) for images idx; count one query each."""
+        tt = t.to(x.dtype).to(x.device).view(-1, *([1] * (x.dim() - 1)))
+        xi = (x[idx] + tt * delta[idx]).clamp(0, 1)
+        queries[idx] += 1
+        return _fooled(victim, xi, y[idx], targeted).cpu()
+
+    all_idx = torch.arange(n)
+    f0 = at(torch.zeros(n, dtype=torch.float64), all_idx)
+    hi[f0] = 0.0
+    # bracket: t = 1, 2, 4, ... capped; images with δ = 0 can never be fooled away from x
+    active = all_idx[~f0 & (dinf > 0)]
+    t = min(1.0, cap)
+    while len(active):
+        f = at(torch.full((len(active),), t, dtype=torch.float64), active)
+        hi[active[f]] = t
+        lo[active[~f]] = t
+        active = active[~f]
+        if t >= cap:
+            break
+        t = min(2 * t, cap)
+    # bisection inside [lo, hi] for images with a finite, positive bracket
+    scale_tol = torch.where(dinf > 0, abs_tol / dinf.clamp_min(1e-300), torch.full_like(dinf, math.inf))
+
+    def unresolved() -> torch.Tensor:
+        width = hi - lo
+        tol = torch.maximum(rel_tol * hi, scale_tol)
+        return all_idx[torch.isfinite(hi) & (hi > 0) & (width > tol)]
+
+    active = unresolved()
+    while len(active):
+        mid = (lo[active] + hi[active]) / 2
+        f = at(mid, active)
+        hi[active[f]] = mid[f]
+        lo[active[~f]] = mid[~f]
+        active = unresolved()
+    fin = torch.isfinite(hi)
+    tt = torch.where(fin, hi, torch.zeros_like(hi)).to(x.dtype).to(x.device).view(-1, *([1] * (x.dim() - 1)))
+    d = ((x + tt * delta).clamp(0, 1) - x).flatten(1).double().cpu()
+    inf = torch.full((n,), math.inf, dtype=torch.float64)
+    return {"min_scale": hi, "min_linf": torch.where(fin, d.abs().amax(1), inf),
+            "min_l2": torch.where(fin, d.norm(dim=1), inf), "queries": queries}
+
+
+# --- summaries ---------------------------------------------------------------------------------
+
+def success_curve(min_dist: np.ndarray | Sequence[float], grid: np.ndarray | Sequence[float]) -> np.ndarray:
+    """S(r) = fraction of the given images with min_dist ≤ r, for each r of ``grid``.
+
+    Pass only the clean-correct images (inf = not fooled within the cap). Non-decreasing in r by
+    construction; empty input gives NaNs.
+    """
+    d = np.asarray(min_dist, dtype=float)
+    g = np.asarray(grid, dtype=float)
+    if d.size == 0:
+        return np.full(g.shape, np.nan)
+    return (d[None, :] <= g[:, None]).mean(1)
+
+
+def curve_auc(grid: np.ndarray | Sequence[float], curve: np.ndarray | Sequence[float]) -> float:
+    """Normalised area (1/(r_max − r_0)) ∫ S(r) dr by the trapezoid rule; in [0, 1]."""
+    g, c = np.asarray(grid, dtype=float), np.asarray(curve, dtype=float)
+    if len(g) < 2 or np.isnan(c).any():
+        return float("nan")
+    return float(np.trapezoid(c, g) / (g[-1] - g[0]))
+
+
+def _q(v: np.ndarray, p: float) -> float:
+    """Quantile that keeps inf (not fooled) as inf: inverted-CDF order statistic, NaN if empty."""
+    if v.size == 0:
+        return float("nan")
+    return float(np.quantile(v, p, method="inverted_cdf"))
+
+
+def summarize(min_linf: np.ndarray | Sequence[float], min_l2: np.ndarray | Sequence[float],
+              clean_correct: np.ndarray | Sequence[bool], r_max: float = DEFAULT_R_MAX) -> dict[str, float]:
+    """Row summary over clean-correct images: median/q25/q75 of min L∞ and L2 (order statistics,
+    so they are inf when more than that share is not fooled within the cap), ``auc`` of the L∞
+    success-vs-distortion curve on [0, r_max], ``n_fooled_within_cap`` and ``n_clean_correct``."""
+    cc = np.asarray(clean_correct, dtype=bool)
+    li = np.asarray(min_linf, dtype=float)[cc]
+    l2 = np.asarray(min_l2, dtype=float)[cc]
+    g = linf_grid(r_max)
+    out = {f"{s}_min_{k}": _q(v, p) for k, v in (("linf", li), ("l2", l2))
+           for s, p in (("q25", 0.25), ("median", 0.5), ("q75", 0.75))}
+    out.update(auc=curve_auc(g, success_curve(li, g)), n_fooled_within_cap=int(np.isfinite(li).sum()),
+               n_clean_correct=int(cc.sum()))
+    return out
+
+
+# --- run folders --------------------------------------------------------------------------------
+
+def _samples_path(run_dir: Path, cell_id: str) -> Path:
+    return run_dir / "samples" / f"{cell_id}.parquet"
+
+
+def read_samples(run_dir: str | Path) -> pd.DataFrame:
+    """All per-image tables of a run concatenated (empty frame when there are none)."""
+    files = sorted((Path(run_dir) / "samples").glob("*.parquet"))
+    if not files:
+        return pd.DataFrame()
+    return pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
+
+
+def _write_samples(path: Path, df: pd.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+
+
+def _measured(df: pd.DataFrame, victim: str) -> bool:
+    if "min_scale" not in df.columns:
+        return False
+    rows = df[df["victim"] == victim]
+    return len(rows) > 0 and bool(rows["queries"].notna().all())
+
+
+class _Models:
+    """Loads victims once (zoo size from the results table)."""
+
+    def __init__(self, cache, device: str) -> None:
+        self.cache, self.device, self._m = cache, device, {}
+
+    def get(self, name: str, size: str) -> nn.Module:
+        key = (name, size)
+        if key not in self._m:
+            from ..models import zoo
+
+            self._m[key] = zoo.load_model(name, size, self.cache, self.device)
+        return self._m[key]
+
+
+def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """(results table, manifest) of a run folder; UserError if it is not one."""
+    from ..store import RunStore
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run folder {str(run_dir)!r} does not exist")
+    store = RunStore(run_dir)
+    return store.read_results(), store.read_manifest()
+
+
+def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(x, x_adv, y, target or None, index) of a cached cell: clean images reloaded from the
+    dataset by the cached dataset indices (they must lie in the grid's n/start subset)."""
+    from ..data import eval_subset, load_dataset
+    from ..store import RunStore
+
+    cached = RunStore(run_dir).load_adv(cell_id)
+    if cached is None:
+        raise UserError(f"cell {cell_id} has no cached examples in {run_dir}/adv; rerun the grid to craft them")
+    t, _meta = cached
+    grid = manifest.get("grid") or {}
+    ds = load_dataset(grid.get("dataset", "cifar10"), grid.get("split", "test"), data_dir)
+    x_all, y_all, idx_all = eval_subset(ds, int(grid.get("n", len(t["index"]))), int(grid.get("start", 0)))
+    pos = {int(i): k for k, i in enumerate(idx_all.tolist())}
+    try:
+        rows = torch.tensor([pos[int(i)] for i in t["index"].tolist()], dtype=torch.int64)
+    except KeyError:
+        raise UserError(f"cell {cell_id} holds images outside the grid's subset; the manifest does not match adv/") from None
+    return x_all[rows], t["x_adv"].float(), y_all[rows], t.get("target"), t["index"]
+
+
+def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: float = DEFAULT_CAP,
+                rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, device: str = "cpu",
+                cache=None, data_dir=None, batch_size: int = 500,
+                log: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
+    """Measure minimal distortion for every (cell, victim) of a run; returns the summary table.
+
+    Per image, ``min_scale, min_linf, min_l2, queries`` are merged into
+    ``RUN/samples/<cell_id>.parquet`` (written atomically; (cell, victim) pairs already measured
+    are skipped, so rerunning costs nothing). ``victims``: restrict to these (default: every
+    victim of the results table). The summary, one row per (cell, victim) with the columns of
+    :func:`summarize` plus cell_id, victim, surrogate, attack_label, eps, eps_str, targeted, is_whitebox,
+    is written to ``RUN/distortion.parquet`` and ``.csv``.
+    """
+    run_dir = Path(run_dir)
+    res, manifest = run_context(run_dir)
+    known = set(res["victim"])
+    wanted = list(dict.fromkeys(victims)) if victims else sorted(known)
+    unknown = [v for v in wanted if v not in known]
+    if unknown:
+        raise UserError(f"victim(s) {', '.join(unknown)} not in this run's results (it has: {', '.join(sorted(known))})")
+    models = _Models(cache, device)
+    for cell_id, rows in res.groupby("cell_id", sort=False):
+        path = _samples_path(run_dir, cell_id)
+        if not path.is_file():
+            raise UserError(f"{path} is missing; rerun the grid so the per-image table is written")
+        df = pd.read_parquet(path)
+        todo = [v for v in rows["victim"] if v in wanted and not _measured(df, v)]
+        if not todo:
+            continue
+        x, x_adv, y, target, index = cell_images(run_dir, cell_id, manifest, data_dir)
+        targeted = bool(rows["targeted"].iloc[0])
+        goal = target if (targeted and target is not None) else y
+        for col in MEASURED_COLUMNS:
+            if col not in df.columns:
+                df[col] = pd.Series(np.nan, index=df.index, dtype="float64")
+        for v in todo:
+            size = str(rows.loc[rows["victim"] == v, "zoo_size"].iloc[0])
+            log(f"minimal distortion: cell {cell_id} victim {v} ({len(x)} images)")
+            out = min_scale_search(models.get(v, size), x, x_adv, goal, targeted, cap, rel_tol, abs_tol,
+                                   batch_size, device)
+            m = pd.DataFrame({"index": index.numpy(), **{k: out[k].numpy() for k in MEASURED_COLUMNS}})
+            sel = df["victim"] == v
+            merged = df.loc[sel, ["index"]].merge(m, on="index", how="left")
+            for col in MEASURED_COLUMNS:
+                df.loc[sel, col] = merged[col].to_numpy(dtype=float)
+        _write_samples(path, df)
+    return write_summary(run_dir, res)
+
+
+def write_summary(run_dir: str | Path, res: pd.DataFrame | None = None, r_max: float = DEFAULT_R_MAX) -> pd.DataFrame:
+    """Summarise every measured (cell, victim) of the samples into RUN/distortion.parquet/.csv."""
+    run_dir = Path(run_dir)
+    if res is None:
+        res, _ = run_context(run_dir)
+    s = read_samples(run_dir)
+    cols = ["cell_id", "victim", "surrogate", "attack_label", "eps", "eps_str", "targeted", "is_whitebox"]
+    rows = []
+    if len(s) and "min_linf" in s.columns:
+        s = s[s["queries"].notna()]
+        meta = res.set_index(["cell_id", "victim"])
+        for (cid, v), g in s.groupby(["cell_id", "victim"], sort=False):
+            if (cid, v) not in meta.index:
+                continue
+            r = meta.loc[(cid, v)]
+            rows.append({"cell_id": cid, "victim": v, **{c: r[c] for c in cols[2:]},
+                         **summarize(g["min_linf"], g["min_l2"], g["clean_correct"], r_max),
+                         "mean_queries": float(g["queries"].mean())})
+    out = pd.DataFrame(rows, columns=None if rows else cols)
+    if len(out):
+        out = out.sort_values(["surrogate", "attack_label", "eps", "victim"], kind="stable").reset_index(drop=True)
+    with atomic_path(run_dir / "distortion.parquet") as tmp:
+        out.to_parquet(tmp, index=False)
+    with atomic_path(run_dir / "distortion.csv") as tmp:
+        out.to_csv(tmp, index=False)
+    return out
+
+
+__all__ = ["min_scale_search", "success_curve", "curve_auc", "summarize", "measure_run", "write_summary",
+           "read_samples", "cell_images", "linf_grid", "DEFAULT_CAP", "DEFAULT_REL_TOL", "DEFAULT_ABS_TOL"]

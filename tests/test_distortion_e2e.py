@@ -1,0 +1,134 @@
+"""End to end on a tiny real run: `advtransfer grid` (three tinycnn models trained for one epoch on
+1,000 CIFAR-10 images, FGSM and MI-FGSM at two ε, 40 test images) then `advtransfer distortion`.
+
+The tiny zoo (declared in a temporary ADVTRANSFER_ZOO folder) keeps the whole test well under a
+minute on one core; the ci-size resnet/vgg zoo of grids/ci.yaml takes minutes per model on a
+shared CPU and would measure the same code paths."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advtransfer.cli import main
+
+ZOO = """\
+x-r: &r
+  method: standard
+  optimizer: sgd
+  lr: 0.05
+  momentum: 0.9
+  weight_decay: 5.0e-4
+  schedule: onecycle
+  batch_size: 100
+  augment: []
+  sizes:
+    ci: {epochs: 1, train_subset: 1000}
+    cpu: {epochs: 1, train_subset: 1000}
+    full: {epochs: 1, train_subset: 1000}
+models:
+  - {name: tiny_a, arch: tinycnn, arch_kwargs: {width: 16}, family: cnn, recipe: {<<: *r, seed: 0}}
+  - {name: tiny_b, arch: tinycnn, arch_kwargs: {width: 16}, family: cnn, recipe: {<<: *r, seed: 1}}
+  - {name: tiny_c, arch: tinycnn, arch_kwargs: {width: 16}, family: cnn, recipe: {<<: *r, seed: 2}}
+"""
+
+GRID = """\
+name: e2e
+dataset: cifar10
+split: test
+n: 40
+size: ci
+batch_size: 40
+seeds: [0]
+norm: linf
+eps: [4/255, 8/255]
+defaults: {steps: 5}
+attacks:
+  fgsm: {}
+  mifgsm: {}
+surrogates: [tiny_a, tiny_b, [tiny_a, tiny_b]]
+victims: [tiny_a, tiny_b, tiny_c]
+"""
+
+
+@pytest.mark.slow
+def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "tiny.yaml").write_text(ZOO)
+    (tmp_path / "e2e.yaml").write_text(GRID)
+    monkeypatch.setenv("ADVTRANSFER_ZOO", str(tmp_path / "zoo"))
+    run = tmp_path / "run"
+    assert main(["grid", str(tmp_path / "e2e.yaml"), "--out", str(run), "--no-plot", "--no-progress",
+                 "--device", "cpu"]) == 0
+    args = ["distortion", str(run), "--blackbox-budgets", "20,50", "--blackbox-n", "6", "--fit-budgets", "5,20",
+            "--device", "cpu"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "HopSkipJump" in out and "FiT" in out and "SAT" in out
+
+    # per-image minimal distortion merged into every samples table, for every row
+    s = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
+    assert len(s) == 12 * 3 * 40
+    assert s[["min_scale", "min_linf", "min_l2", "queries"]].notna().all().all()
+    # t = 1 is x_adv itself and the bracket tries it first: on clean-correct images, success <=> t* <= 1
+    cc = s[s.clean_correct]
+    assert ((cc.min_scale <= 1.0) == cc.success).all()
+    assert (s.loc[~s.clean_correct, "min_scale"] == 0).all()
+    assert (s.loc[np.isfinite(s.min_scale), "min_linf"] <= 8 / 255 * 4 + 1e-6).all()
+    summ = pd.read_parquet(run / "distortion.parquet")
+    assert len(summ) == 36 and {"cell_id", "victim", "surrogate", "attack_label", "eps", "median_min_linf",
+                                "q25_min_linf", "q75_min_linf", "median_min_l2", "q25_min_l2", "q75_min_l2",
+                                "auc", "n_fooled_within_cap"} <= set(summ.columns)
+    assert summ["auc"].between(0, 1).all()
+    assert (run / "distortion.csv").is_file()
+
+    # ASR-vs-ε figures, one per (surrogate, attack), and SAT figures
+    figs = {p.name for p in (run / "figures").iterdir()}
+    assert {"asr_eps_tiny_a_fgsm.png", "asr_eps_tiny_a-tiny_b_mifgsm.pdf", "sat_similarity.png",
+            "sat_dendrogram.png"} <= figs
+
+    # union over attacks is at least its strongest member (white-box cells left out)
+    exp = pd.read_parquet(run / "exposure.parquet")
+    res = pd.read_parquet(run / "results.parquet")
+    for r in exp.itertuples():
+        members = res[(res.victim == r.victim) & (res.eps == r.eps) & ~res.is_whitebox]
+        assert r.asr_union >= members["asr"].max() - 1e-12
+        assert r.asr_union == pytest.approx(r.asr_best_member) or r.asr_union > r.asr_best_member
+        assert 0 <= r.robust_acc_union <= 1
+    assert set(exp.victim) == {"tiny_a", "tiny_b", "tiny_c"}
+
+    # HopSkipJump: budgets respected exactly
+    bb = pd.read_parquet(run / "blackbox.parquet")
+    assert set(bb.budget) == {20, 50} and set(bb.norm) == {"l2", "linf"}
+    assert len(bb) == 3 * 2 * 2 * 6
+    assert (bb.queries_used <= bb.budget).all()
+    started = bb[bb.clean_correct & np.isfinite(bb.min_l2) & (bb.min_l2 > 0)]
+    assert len(started) and (started.queries_used == started.budget).all()
+    b50 = bb[bb.budget == 50].set_index(["victim", "norm", "index"]).min_l2
+    b20 = bb[bb.budget == 20].set_index(["victim", "norm", "index"]).min_l2
+    assert (b50 <= b20.reindex(b50.index)).all()
+
+    fit = pd.read_parquet(run / "fit.parquet")
+    assert set(fit.Q) == {5, 20} and (fit.best_asr >= fit.random_asr - 1e-12).all()
+    assert fit.fit_asr.between(0, 1).all() and (fit.queries_used == fit.Q).all()
+    sim = pd.read_parquet(run / "similarity.parquet")
+    assert set(zip(sim.model_a, sim.model_b)) == {("tiny_a", "tiny_b")}
+    # SAT in [log ε_s, log 100]; NaN where no image is right for both and fooled by its own attack
+    assert sim.sat.dropna().between(math.log(0.1) - 1e-12, math.log(100) + 1e-12).all()
+    assert (sim.n_pairs > 0).any()
+
+    # idempotent: a second run measures nothing again and leaves the per-image tables as they were
+    before = s.copy()
+    assert main(args + ["--blackbox-budgets", "0", "--fit-budgets", "0", "--no-plot"]) == 0
+    again = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
+    pd.testing.assert_frame_equal(before, again)
+    assert "minimal distortion: cell" not in capsys.readouterr().out
+
+    # bad input: one line, exit 2
+    assert main(["distortion", str(tmp_path / "nope")]) == 2
+    assert main(["distortion", str(run), "--victims", "resnet99"]) == 2
+    assert main(["distortion", str(run), "--blackbox-budgets", "ten"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("advtransfer: error:") for e in err)
