@@ -55,6 +55,14 @@ class Registry(Generic[T]):
         for a in aliases:
             self._aliases[a] = name
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` and its aliases (for plug-ins and tests); returns the object."""
+        name = self.canonical(name)
+        for a in self._tags[name].get("aliases", ()):
+            self._aliases.pop(a, None)
+        self._tags.pop(name)
+        return self._items.pop(name)
+
     def canonical(self, name: str) -> str:
         """The registered name of ``name`` (an alias resolves to its entry); unknown names raise."""
         name = self._aliases.get(name, name)
