@@ -35,12 +35,14 @@ ENTRIES = [
 @pytest.fixture
 def zoo_dir(tmp_path, monkeypatch, cache_dir):
     """A zoo of the ci models plus the pretrained test entries above."""
-    from advtransfer.models.zoo import REPO_ROOT
+    import os
+
+    from advtransfer.resources import catalogue_dirs
 
     d = tmp_path / "zoo"
     d.mkdir()
     (d / "pretrained_test.yaml").write_text(yaml.safe_dump({"models": ENTRIES}))
-    monkeypatch.setenv("ADVTRANSFER_ZOO", f"{REPO_ROOT / 'surrogates'}:{REPO_ROOT / 'victims'}:{d}")
+    monkeypatch.setenv("ADVTRANSFER_ZOO", os.pathsep.join(map(str, [*catalogue_dirs(), d])))
     return d
 
 

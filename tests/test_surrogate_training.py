@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.base import SurrogateSet
-from advtransfer.attacks.collections import MemberCollection, build_collection
+from advtransfer.models.collections import MemberCollection, build_collection
 from advtransfer.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
