@@ -9,6 +9,8 @@ ATTACK ?= mifgsm
 GRID   ?= cifar10
 RUN    ?= results/$(GRID)
 SIZE   ?= cpu
+# the torch/torchvision pair the test suite runs on (pyproject.toml allows compatible ranges)
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
 # The offline CIFAR-10 copy beside the checkout, when present (users with internet may omit it:
 # the harness then downloads CIFAR-10 with torchvision into its cache).
@@ -25,11 +27,11 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	@# pyproject.toml declares compatible torch/torchvision ranges; install the tested pair here
+	$(BIN)/python -m pip install -q -e '.[test]' $(TORCH_PINS)
 	@# torchattacks pins requests~=2.25.1 but imports neither requests nor torchvision: install it
-	@# without its dependencies (it needs scipy) so the core install keeps current requests.
+	@# without its dependencies (it needs scipy, a core dependency) so the install keeps current requests.
 	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
-	$(BIN)/python -m pip install -q scipy
 	@touch $@
 
 grid: $(STAMP)

@@ -15,9 +15,9 @@ import yaml
 
 from .errors import UserError
 from .registry import suggest
+from .resources import grids_dir
 from .utils import eps_to_str, parse_fraction, short_hash
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MATCH_KINDS = ("step", "evals")
 GRID_KEYS = {"matched", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
@@ -26,7 +26,7 @@ GRID_KEYS = {"matched", "name", "description", "dataset", "split", "n", "start",
 @dataclass(frozen=True)
 class SurrogateEntry:
     """A surrogate set: member model names, optional weights, a display name, and options for
-    members that are collections (``per_step``, ``scale``, ... see attacks/collections.py)."""
+    members that are collections (``per_step``, ``scale``, ... see models/collections.py)."""
 
     models: tuple[str, ...]
     weights: tuple[float, ...] | None = None
@@ -99,10 +99,10 @@ def resolve_grid_path(grid: str) -> Path:
     p = Path(grid)
     if p.is_file():
         return p
-    for cand in (REPO_ROOT / "grids" / f"{grid}.yaml", REPO_ROOT / "grids" / grid, Path("grids") / f"{grid}.yaml"):
+    for cand in (grids_dir() / f"{grid}.yaml", grids_dir() / grid, Path("grids") / f"{grid}.yaml"):
         if cand.is_file():
             return cand
-    known = sorted(q.stem for q in (REPO_ROOT / "grids").glob("*.yaml"))
+    known = sorted(q.stem for q in grids_dir().glob("*.yaml"))
     raise UserError(suggest(str(grid), known, "grid") + "; give a path to a grid YAML file or a name under grids/")
 
 
@@ -171,7 +171,7 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
             w = s.get("weights")
             _need(w is None or (isinstance(w, list) and len(w) == len(s["models"])), src,
                   f"surrogate set {s.get('name', s['models'])}: weights must be a list, one per model")
-            from .attacks.collections import check_options
+            from .models.collections import check_options
 
             only = s.get("attacks") or []
             _need(isinstance(only, list) and all(isinstance(a, str) for a in only), src,

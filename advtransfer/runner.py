@@ -23,14 +23,13 @@ from .errors import UserError
 from .grid import Cell, GridSpec, describe, expand_cells, resolve_attack
 from .metrics import labels
 from .models import zoo
+from .resources import results_dir
 from .store import RunStore
 from .utils import eps_to_str, git_sha, versions
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 def default_run_dir(spec: GridSpec) -> Path:
-    return REPO_ROOT / "results" / spec.name
+    return results_dir() / spec.name
 
 
 class ModelCache:
@@ -49,7 +48,7 @@ class ModelCache:
     def surrogate(self, name: str, options: dict | None = None) -> nn.Module:
         """The module attacked for ``name``: the model, or for a multi-sample entry (several
         members, or SWAG) a collection built with the grid's ``options``."""
-        from .attacks.collections import build_collection, is_collection
+        from .models.collections import build_collection, is_collection
 
         card = zoo.read_card(name, self.size, self.cache) or {}
         if not is_collection(card):
@@ -86,7 +85,7 @@ def surrogate_kind(cell: Cell, cards: dict[str, dict]) -> str:
 def surrogate_params(cell: Cell, cards: dict[str, dict]) -> str:
     """JSON of how the surrogate was trained (card ``surrogate_params``: rho, K, epoch, ...) and
     how a collection is drawn (grid options); keyed by model name for a set of several."""
-    from .attacks.collections import is_collection
+    from .models.collections import is_collection
 
     def one(m: str) -> dict:
         card = cards[m]

@@ -35,12 +35,14 @@ ENTRIES = [
 @pytest.fixture
 def zoo_dir(tmp_path, monkeypatch, cache_dir):
     """A zoo of the ci models plus the pretrained test entries above."""
-    from advtransfer.models.zoo import REPO_ROOT
+    import os
+
+    from advtransfer.resources import catalogue_dirs
 
     d = tmp_path / "zoo"
     d.mkdir()
     (d / "pretrained_test.yaml").write_text(yaml.safe_dump({"models": ENTRIES}))
-    monkeypatch.setenv("ADVTRANSFER_ZOO", f"{REPO_ROOT / 'surrogates'}:{REPO_ROOT / 'victims'}:{d}")
+    monkeypatch.setenv("ADVTRANSFER_ZOO", os.pathsep.join(map(str, [*catalogue_dirs(), d])))
     return d
 
 
@@ -56,7 +58,11 @@ def test_clip_zero_shot_victim_wiring(zoo_dir, test_data):
     from advtransfer.data import CIFAR10_CLASSES
     from advtransfer.models import zoo
 
+    torch.manual_seed(123)
+    rng_before = torch.random.get_rng_state()
     model = zoo.load_model("tiny_clip_random")
+    # building the model initialises weights at random, inside a fork of the global generator
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
     x = test_data[0][:6]
     seen = _capture_input(model.visual)
     logits = model(x)
@@ -91,7 +97,9 @@ def test_timm_wrapper_applies_the_model_data_config(zoo_dir):
 
     from advtransfer.models import zoo
 
+    rng_before = torch.random.get_rng_state()
     model = zoo.load_model("tiny_timm_random")
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
     cfg = model.config
     assert cfg["input_size"] == (3, 176, 176) and cfg["crop_pct"] == 0.875
     # a 300×300 image: timm's own eval transform (PIL resize 201 + centre crop 176 + normalise)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.base import SurrogateSet
-from advtransfer.attacks.collections import MemberCollection, build_collection
+from advtransfer.models.collections import MemberCollection, build_collection
 from advtransfer.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
@@ -88,6 +88,11 @@ def test_early_stopped_checkpoint_is_an_entry(st_models, test_data):
     assert base["epochs_kept"] == [1]
     card = zoo.read_card("resnet20_std@epoch1", "ci")
     assert card["kind"] == "es" and card["surrogate_params"]["epoch"] == 1
+    # one card builder for entries and their checkpoints: both carry every common key
+    common = set(zoo.make_card(zoo.get_spec("resnet20_std"), "ci", recipe=None, members=[""], clean_acc=None,
+                               clean_acc_images=None, sha256="", device="cpu"))
+    assert common <= set(card) and common <= set(base)
+    assert card["recipe_hash"] == base["recipe_hash"] and card["checkpoint_of"] == "resnet20_std"
     early = zoo.load_model("resnet20_std@epoch1", "ci")
     final = zoo.load_model("resnet20_std", "ci")
     assert not torch.allclose(_flat(early), _flat(final))

@@ -50,12 +50,12 @@ class AdaEA(Attack):
     @torch.no_grad()
     def weights(self, S: SurrogateSet, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                 grads: list[torch.Tensor]) -> torch.Tensor:
-        """N×n per-sample model weights from the one-step transfer ratios (AGM)."""
+        """N×n per-sample model weights from the one-step transfer ratios (AGM), on x's device."""
         n = len(grads)
         if n < 2:
-            return torch.ones(len(x), 1, dtype=x.dtype)
+            return torch.ones(len(x), 1, dtype=x.dtype, device=x.device)
         sign = -1.0 if self.targeted else 1.0
-        r = torch.zeros(len(x), n, dtype=x.dtype)
+        r = torch.zeros(len(x), n, dtype=x.dtype, device=x.device)
         for j, g in enumerate(grads):
             x_j = project(x_adv + self.alpha * ascent_direction(g, self.norm), x, self.eps, self.norm)
             # the attacker's loss (ascended) of every member on x_j; for targeted attacks the
@@ -70,7 +70,7 @@ class AdaEA(Attack):
         mu = self.extra["momentum"]
         n = len(S)
         x_adv, g_acc = x.clone(), torch.zeros_like(x)
-        base_w = S.weights.to(x.dtype)
+        base_w = S.weights.to(x.device, x.dtype)
         for _ in range(self.steps):
             S.advance()
             grads = [S.grad(x_adv, y, self.targeted, idx=[j]) for j in range(n)]

@@ -83,7 +83,7 @@ class SurrogateSet:
 
     ``grad_evals`` counts, per image, the forward+backward passes through single surrogate
     models: a gradient of an n-model ensemble loss costs n. Members may be plain modules or
-    collections (objects with ``members`` and ``draw(step)``, see :mod:`advtransfer.attacks.collections`).
+    collections (objects with ``members`` and ``draw(step)``, see :mod:`advtransfer.models.collections`).
 
     ``ensemble``: ``logit`` (cross-entropy of the weighted mean logits, the default), ``loss``
     (weighted mean of per-model cross-entropies) or ``prob`` (negative log of the weighted mean

@@ -194,8 +194,6 @@ def build_open_clip(spec, device: str = "cpu") -> ZeroShotCLIP:
     weights = _weights_file(spec)
     random_init = bool(spec.pretrained.get("random_init"))
     pretrained = None if random_init else (weights or spec.pretrained.get("tag"))
-    if random_init:
-        torch.manual_seed(0)  # reproducible wiring tests
     try:
         model = open_clip.create_model(arch, pretrained=pretrained, device=device)
     except UserError:
@@ -230,7 +228,6 @@ def build_timm(spec, device: str = "cpu") -> TimmPreprocessed:
         kwargs.setdefault("num_classes", spec.num_classes)
     try:
         if random_init:
-            torch.manual_seed(0)
             net = timm.create_model(name, pretrained=False, **kwargs)
         elif weights:
             net = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": weights}, **kwargs)
@@ -249,9 +246,14 @@ def build_timm(spec, device: str = "cpu") -> TimmPreprocessed:
 
 
 def build_pretrained(spec, device: str = "cpu") -> nn.Module:
-    """The eval-mode module of a pretrained entry (weights frozen); see the module docstring."""
+    """The eval-mode module of a pretrained entry (weights frozen); see the module docstring.
+    Torch's global random state is left unchanged (building initialises weights at random before
+    loading any); a ``random_init`` entry is initialised from seed 0, for reproducible wiring tests."""
+    from ..rng import seeded
+
     kind, _ = loader_of(spec.arch)
-    model = build_open_clip(spec, device) if kind == "open_clip" else build_timm(spec, device)
+    with seeded(0 if spec.pretrained.get("random_init") else None, device):
+        model = build_open_clip(spec, device) if kind == "open_clip" else build_timm(spec, device)
     model.eval().to(device)
     for p in model.parameters():
         p.requires_grad_(False)

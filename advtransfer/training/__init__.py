@@ -4,9 +4,12 @@ A trainer is ``fn(net, recipe, data, device, progress) -> TrainOutput`` where ``
 built :class:`~advtransfer.models.ImageClassifier` (pixels in [0,1]) and ``data`` the training split
 (for ``init_from`` recipes the zoo has loaded the starting weights into ``net``).
 Methods: standard (with ``keep_epochs`` for early-stopped entries), fgsm_at, sam, lgv, swag, csgld.
+Each is registered with :func:`~.base.register_method` and a ``VERSION`` (bump it when a code
+change alters the weights a recipe produces: the version enters the recipe hash and the card).
+Training leaves torch's global random state as it found it.
 """
-from .base import TRAINERS, TrainOutput, train_from_recipe
+from .base import TRAINERS, TrainOutput, method_version, register_method, train_from_recipe
 from . import standard  # noqa: F401  (registers 'standard' and 'fgsm_at')
 from . import csgld, lgv, sam, swag  # noqa: F401  (surrogate-training methods)
 
-__all__ = ["TRAINERS", "TrainOutput", "train_from_recipe"]
+__all__ = ["TRAINERS", "TrainOutput", "method_version", "register_method", "train_from_recipe"]

@@ -12,6 +12,7 @@ import torch.nn as nn
 from ..data import Split
 from ..errors import UserError
 from ..registry import Registry
+from ..rng import seeded
 
 
 @dataclass
@@ -32,6 +33,28 @@ class TrainOutput:
 
 Trainer = Callable[[nn.Module, dict, Split, str, bool], TrainOutput]
 TRAINERS: Registry[Trainer] = Registry("training method")
+
+
+def register_method(name: str, version: int) -> Callable[[Trainer], Trainer]:
+    """Decorator: register a trainer as recipe ``method: name`` with its ``VERSION``.
+
+    Bump ``version`` whenever a code change makes the method produce different weights for the
+    same recipe: the version enters every recipe hash of the method (models trained by an older
+    version become stale and retrain) and the card (``method_version``).
+    """
+
+    def deco(fn: Trainer) -> Trainer:
+        if not isinstance(version, int) or version < 1:
+            raise ValueError(f"training method {name!r}: VERSION must be a positive int, got {version!r}")
+        fn.VERSION = version  # type: ignore[attr-defined]
+        return TRAINERS.register(name)(fn)
+
+    return deco
+
+
+def method_version(method: str) -> int:
+    """The ``VERSION`` of training method ``method`` (UserError for an unknown method)."""
+    return int(getattr(TRAINERS.get(method), "VERSION"))
 
 
 def augment_batch(x: torch.Tensor, gen: torch.Generator, ops: list[str]) -> torch.Tensor:
@@ -126,9 +149,13 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 
 def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                       progress: bool = True) -> TrainOutput:
-    """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``)."""
+    """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``). Runs with
+    torch's global RNG seeded to the recipe's ``seed`` and restores the caller's state afterwards
+    (see :func:`advtransfer.rng.seeded`)."""
     method = recipe.get("method", "standard")
-    return TRAINERS.get(method)(net, recipe, data, device, progress)
+    trainer = TRAINERS.get(method)
+    with seeded(int(recipe.get("seed", 0)), device):
+        return trainer(net, recipe, data, device, progress)
 
 
 @torch.no_grad()

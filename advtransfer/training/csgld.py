@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from ..data import Split
 from ..errors import UserError
-from .base import TRAINERS, TrainOutput, training_subset
+from .base import TrainOutput, training_subset, register_method
 from .standard import _state, fit
 
 
@@ -46,7 +46,7 @@ def sample_steps(total: int, cycles: int, per_cycle: int, noise_fraction: float)
     return sorted(set(marks))
 
 
-@TRAINERS.register("csgld")
+@register_method("csgld", version=1)
 def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                 progress: bool = True) -> TrainOutput:
     """Recipe: ``lr`` (lr_max), ``epochs`` (total), ``cycles``, ``samples_per_cycle``,

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from ..data import Split
 from ..errors import UserError
-from .base import TRAINERS, TrainOutput
+from .base import TrainOutput, register_method
 from .standard import _state, fit
 
 
@@ -19,7 +19,7 @@ def snapshot_steps(total: int, k: int) -> list[int]:
     return sorted({max(1, round(total * (j + 1) / k)) for j in range(k)})
 
 
-@TRAINERS.register("lgv")
+@register_method("lgv", version=1)
 def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
               progress: bool = True) -> TrainOutput:
     """Constant learning rate ``lr`` (about 4× the usual final rate) for ``epochs`` epochs from the

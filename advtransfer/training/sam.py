@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..data import Split
 from ..errors import UserError
-from .base import TRAINERS, TrainOutput
+from .base import TrainOutput, register_method
 from .standard import fit
 
 
@@ -49,7 +49,7 @@ def sam_backward(rho: float):
     return backward
 
 
-@TRAINERS.register("sam")
+@register_method("sam", version=1)
 def train_sam(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
               progress: bool = True) -> TrainOutput:
     """SAM with radius ``rho`` (recipe key; 0.05 usual, ≥ 0.1 "large"), otherwise the recipe's

@@ -8,9 +8,10 @@ from tqdm.auto import tqdm
 
 from ..data import Split
 from ..errors import UserError
+from ..rng import seeded
 from ..utils import parse_fraction
-from .base import (TRAINERS, TrainOutput, batches, lr_at, make_optimizer, steps_per_epoch,
-                   training_subset)
+from .base import (TrainOutput, batches, lr_at, make_optimizer, steps_per_epoch,
+                   register_method, training_subset)
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -34,9 +35,16 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     may replace the forward/backward pass (it fills ``.grad`` and returns the loss: SAM);
     ``lr_fn(step, total)`` may replace the recipe's schedule (cSGLD); ``after_step(step, total,
     net, lr)`` runs after each optimiser step (Langevin noise, LGV snapshots, SWAG moments).
+    Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
+    state is restored afterwards.
     """
+    with seeded(int(recipe.get("seed", 0)), device):
+        return _fit(net, recipe, data, device, progress, make_batch, on_epoch_end, backward, lr_fn, after_step)
+
+
+def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
+         make_batch, on_epoch_end, backward, lr_fn, after_step) -> TrainOutput:
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
-    torch.manual_seed(int(recipe.get("seed", 0)))
     idx = training_subset(data, recipe)
     bs = int(recipe.get("batch_size", 128))
     epochs = int(recipe["epochs"])
@@ -90,7 +98,7 @@ def _state(net: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
 
 
-@TRAINERS.register("standard")
+@register_method("standard", version=1)
 def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                    progress: bool = True) -> TrainOutput:
     """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
@@ -100,7 +108,7 @@ def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu
     return out
 
 
-@TRAINERS.register("fgsm_at")
+@register_method("fgsm_at", version=1)
 def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                   progress: bool = True) -> TrainOutput:
     """FGSM adversarial training with random start: ``at_eps`` (default 8/255), ``at_alpha``

@@ -1,7 +1,7 @@
 """SWAG (Maddox et al. 2019): during a late, constant-learning-rate phase started from a trained
 model (``init_from``), keep the running mean θ̄ and second moment of the weights and the last R
 deviations D = [θ_i − θ̄_i]. Sampling (done by the attack, see
-:class:`advtransfer.attacks.collections.SWAGCollection`):
+:class:`advtransfer.models.collections.SWAGCollection`):
 
 - diagonal: θ = θ̄ + s·√(E[θ²] − θ̄²) ⊙ z;
 - low-rank (full SWAG): θ = θ̄ + s·(√½·√diag ⊙ z₁ + D·z₂/√(2(R−1))), the paper's split of the
@@ -18,14 +18,14 @@ import torch.nn as nn
 
 from ..data import Split
 from ..errors import UserError
-from .base import TRAINERS, TrainOutput, bn_images, refresh_batchnorm
+from .base import TrainOutput, bn_images, refresh_batchnorm, register_method
 from .lgv import snapshot_steps
 from .standard import _state, fit
 
 SWAG_MODES = ("diag", "lowrank")
 
 
-@TRAINERS.register("swag")
+@register_method("swag", version=1)
 def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                progress: bool = True) -> TrainOutput:
     """Recipe: ``init_from``, constant ``lr``, ``epochs``, ``collect_per_epoch`` (moment updates per

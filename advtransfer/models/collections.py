@@ -1,5 +1,7 @@
 """Multi-sample surrogates: a zoo entry holding a collection of weights (LGV snapshots, cSGLD
-samples) or a SWAG posterior, used as one member of a :class:`~.base.SurrogateSet`.
+samples) or a SWAG posterior, used as one member of a :class:`~advtransfer.attacks.base.SurrogateSet`.
+They live with the models (they load zoo states); the attack layer only sees ``nn.Module``s with
+``advance``/``reset``/``draw_logits``/``evals_per_call``.
 
 Per attack iteration (``SurrogateSet.advance``) a collection draws ``per_step`` = K weight sets:
 K = 1 takes the next member of a shuffled cycle (as LGV and cSGLD do); K > 1 makes the set average
@@ -18,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+from .loading import load_members, load_states
 
 COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",
                       "seed": "seed of the shuffled cycle / SWAG samples",
@@ -168,14 +171,12 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
                      device: str = "cpu", data_dir=None) -> tuple[nn.Module, dict]:
     """The surrogate module of a multi-member or SWAG zoo entry with grid ``options``; returns
     (module, the effective parameters for the results table)."""
-    from ..models import zoo
-
     check_options(options, f"surrogate {name}: ")
     params = dict(card.get("surrogate_params") or {})
     per_step = int(options.get("per_step", 1))
     seed = int(options.get("seed", 0))
     if card.get("kind") == "swag":
-        spec, _card, states = zoo.load_states(name, size, cache)
+        spec, _card, states = load_states(name, size, cache)
         devs = [states[k] for k in sorted(states) if k.startswith("dev")]
         scale = float(options.get("scale", params.get("scale", 1.5)))
         mode = options.get("mode", params.get("mode", "diag"))
@@ -190,7 +191,7 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
                                 seed, bn_x, device)
         params.update(scale=scale, mode=mode, bn_images=n_bn)
     else:
-        members = zoo.load_members(name, size, cache, device)
+        members = load_members(name, size, cache, device)
         module = MemberCollection(members, per_step, seed)
         params["K"] = len(members)
     params.update(per_step=per_step, seed=seed)

@@ -1,0 +1,164 @@
+"""The model catalogue: declarative entries in ``surrogates/*.yaml`` and ``victims/*.yaml`` read
+into :class:`ModelSpec` objects, with the recipe hash that names a trained model's identity."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from ..config import SIZES
+from ..errors import UserError
+from ..registry import suggest
+from ..resources import catalogue_dirs
+from ..rng import seeded
+from ..utils import short_hash
+from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo entry. ``recipe`` holds the training recipe with its ``sizes`` (ci/cpu/full)."""
+
+    name: str
+    arch: str
+    family: str
+    recipe: dict
+    arch_kwargs: dict = field(default_factory=dict)
+    dataset: str = "cifar10"
+    num_classes: int = 10
+    kind: str = "single"
+    channels_last: bool = True
+    pretrained: dict | None = None  # open_clip / timm pretrained entry (not trained): see models/pretrained.py
+    source: str = ""
+
+    def resolved_recipe(self, size: str) -> dict:
+        """The recipe for one size: the shared keys updated with ``sizes[size]``."""
+        if size not in SIZES:
+            raise UserError(f"unknown zoo size {size!r}; use one of {', '.join(SIZES)}")
+        base = {k: v for k, v in self.recipe.items() if k != "sizes"}
+        sizes = self.recipe.get("sizes", {})
+        if size not in sizes:
+            raise UserError(f"model {self.name!r} ({self.source}) has no recipe for size {size!r}")
+        base.update(sizes[size])
+        return base
+
+    def method_version(self) -> int | None:
+        """``VERSION`` of the training method of the recipe (None for a pretrained entry)."""
+        if self.pretrained is not None:
+            return None
+        from ..training import method_version
+
+        return method_version(self.recipe.get("method", "standard"))
+
+    def identity(self, size: str) -> dict:
+        """Everything that determines the trained weights (hashed into ``recipe_hash``): the
+        architecture, the resolved recipe and the training method's version; for a recipe
+        continuing from another entry (``init_from``) that entry's hash too; for a pretrained
+        entry its source (architecture, tag or weights file)."""
+        if self.pretrained is not None:
+            from .pretrained import identity
+
+            return identity(self)
+        ident: dict[str, Any] = {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
+                                 "num_classes": self.num_classes, "recipe": self.resolved_recipe(size)}
+        version = self.method_version()
+        if version != 1:
+            # version 1 is each method's code as it was when versions were introduced: left out of
+            # the hash so that models trained before then stay valid; any bump changes the hash
+            ident["method_version"] = version
+        base = ident["recipe"].get("init_from")
+        if base:
+            ident["init_from_hash"] = get_spec(base).recipe_hash(size)
+        return ident
+
+    def recipe_hash(self, size: str) -> str:
+        """Short hash of :meth:`identity`: a cached model is valid while its card holds this hash."""
+        return short_hash(self.identity(size))
+
+    def build(self) -> ImageClassifier:
+        """A freshly initialised network wrapped to take pixels in [0,1] (N×3×32×32), initialised
+        from the recipe's ``seed``; torch's global random state is left unchanged."""
+        with seeded(int(self.recipe.get("seed", 0))):
+            net = build_arch(self.arch, num_classes=self.num_classes, **self.arch_kwargs)
+        cl = self.channels_last and not self.arch.startswith("vit")
+        return ImageClassifier(net, CIFAR10_MEAN, CIFAR10_STD, channels_last=cl)
+
+
+_REQUIRED = ("name", "arch", "family", "recipe")
+
+
+def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
+    if not isinstance(entry, dict):
+        raise UserError(f"{source}: each model entry must be a mapping, got {type(entry).__name__}")
+    missing = [k for k in _REQUIRED if k not in entry]
+    if "pretrained" in entry:  # not trained by the harness: no recipe
+        missing = [k for k in ("name", "arch", "family") if k not in entry]
+        entry = {"recipe": {}, "kind": "pretrained", **entry}
+    if missing:
+        raise UserError(f"{source}: model entry {entry.get('name', '?')!r} lacks {', '.join(missing)}")
+    known = set(ModelSpec.__dataclass_fields__) - {"source"}
+    extra = set(entry) - known
+    if extra:
+        raise UserError(f"{source}: model {entry['name']!r} has unknown keys {sorted(extra)}; "
+                        f"allowed: {sorted(known)}")
+    if "pretrained" in entry:
+        from .pretrained import check_entry
+
+        check_entry(entry["name"], entry["arch"], entry["pretrained"], source)
+    elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
+        raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
+    return ModelSpec(**{k: entry[k] for k in entry}, source=source)
+
+
+def zoo_dirs() -> list[Path]:
+    """Folders holding model YAML files: $ADVTRANSFER_ZOO (os.pathsep-separated), else the
+    shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.resources.catalogue_dirs`)."""
+    env = os.environ.get("ADVTRANSFER_ZOO")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return catalogue_dirs()
+
+
+def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
+    """All model entries of the zoo folders, by name (names are unique across files)."""
+    specs: dict[str, ModelSpec] = {}
+    for d in dirs or zoo_dirs():
+        for path in sorted(Path(d).glob("*.yaml")):
+            try:
+                doc = yaml.safe_load(path.read_text())
+            except yaml.YAMLError as exc:
+                raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+            entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
+            if not isinstance(entries, list):
+                raise UserError(f"{path}: expected a top-level 'models:' list")
+            for entry in entries:
+                spec = _spec_from_entry(entry, str(path))
+                if spec.name in specs:
+                    raise UserError(f"model {spec.name!r} is declared twice ({specs[spec.name].source}, {path})")
+                specs[spec.name] = spec
+    return specs
+
+
+def split_checkpoint(name: str) -> tuple[str, int | None]:
+    """``'resnet20_std@epoch2'`` → ``('resnet20_std', 2)``; a plain name → ``(name, None)``."""
+    base, sep, tail = name.partition("@")
+    if not sep:
+        return name, None
+    if not (tail.startswith("epoch") and tail[5:].isdigit()):
+        raise UserError(f"model {name!r}: a checkpoint is named <entry>@epoch<k>, like resnet20_std@epoch2")
+    return base, int(tail[5:])
+
+
+def get_spec(name: str, specs: dict[str, ModelSpec] | None = None) -> ModelSpec:
+    """The entry ``name``; ``<entry>@epoch<k>`` is the checkpoint kept after epoch k of a recipe
+    with ``keep_epochs`` (kind ``es``, early stopping), trained together with its entry."""
+    specs = load_specs() if specs is None else specs
+    base, epoch = split_checkpoint(name)
+    if epoch is not None:
+        return replace(get_spec(base, specs), name=name, kind="es")
+    if name not in specs:
+        raise UserError(suggest(name, list(specs), "model") + "; models are declared in surrogates/*.yaml and victims/*.yaml")
+    return specs[name]

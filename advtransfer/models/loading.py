@@ -1,0 +1,211 @@
+"""Getting zoo models: training entries on demand (:func:`ensure_trained`, :func:`train_spec`),
+loading pretrained ones once to card them, and loading verified weights into networks
+(:func:`load_model`, :func:`load_members`, :func:`load_states`).
+
+Nothing here changes torch's global random state: networks are initialised and trained under
+:func:`advtransfer.rng.seeded`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+import torch.nn as nn
+
+from ..config import default_size
+from ..errors import UserError
+from ..utils import sha256_file
+from .archs import ImageClassifier
+from .cards import make_card, read_card, write_card
+from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint
+from .store import States, read_states, save_states, zoo_paths
+
+_EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
+
+
+def is_trained(spec: ModelSpec, size: str, cache: str | os.PathLike | None = None) -> bool:
+    """Trained (or, for a pretrained entry, loaded once and carded) with the current recipe."""
+    card = read_card(spec.name, size, cache)
+    weights, _ = zoo_paths(spec.name, size, cache)
+    ready = spec.pretrained is not None or weights.is_file()
+    return card is not None and card.get("recipe_hash") == spec.recipe_hash(size) and ready
+
+
+def _eval_split(dataset: str, data_dir):
+    """Test images 0..999 ``(x [0,1] N×3×H×W, y)`` of ``dataset``."""
+    from ..data import eval_subset, load_dataset
+
+    test = load_dataset(dataset, "test", data_dir)
+    x, y, _ = eval_subset(test, min(_EVAL_IMAGES, len(test)))
+    return x, y
+
+
+def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+                       data_dir: str | os.PathLike | None = None, device: str = "cpu") -> dict:
+    """Load a pretrained entry once (downloading its weights, or failing with one line offline),
+    measure its clean accuracy on test images 0-999 where the dataset has a test split, and write
+    its card; returns the card."""
+    from ..training.base import accuracy
+    from .pretrained import build_pretrained
+
+    size = size or default_size()
+    t0 = time.perf_counter()
+    model = build_pretrained(spec, device)
+    load_s = time.perf_counter() - t0
+    acc, images = None, None
+    try:
+        x, y = _eval_split(spec.dataset, data_dir)
+        acc, images = accuracy(model, x, y, device=device), f"test 0-{len(x) - 1}"
+    except UserError:
+        pass
+    weights = spec.pretrained.get("weights")
+    card = make_card(
+        spec, size, kind="random_init" if spec.pretrained.get("random_init") else "pretrained",
+        recipe=None, members=[""], clean_acc=acc, clean_acc_images=images,
+        # the checksum of a local weights file, else of the entry (hub weights are pinned by their tag)
+        sha256=sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size),
+        n_params=sum(p.numel() for p in model.parameters()), device=device,
+        pretrained=spec.pretrained, load_s=round(load_s, 2))
+    write_card(card, cache)
+    return card
+
+
+def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+               data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
+    """Train one zoo entry at ``size`` and write its weights and card atomically; returns the card.
+    An ``<entry>@epoch<k>`` checkpoint is written by training its entry."""
+    from ..data import load_dataset
+    from ..training import train_from_recipe
+    from ..training.base import accuracy
+
+    size = size or default_size()
+    base, epoch = split_checkpoint(spec.name)
+    if epoch is not None:
+        if not is_trained(get_spec(base), size, cache):
+            train_spec(get_spec(base), size, cache, data_dir, device, progress)
+        card = read_card(spec.name, size, cache)
+        if card is None:
+            raise UserError(f"{spec.name!r}: entry {base!r} keeps no checkpoint after epoch {epoch}; "
+                            f"add {epoch} to its recipe's keep_epochs")
+        return card
+    recipe = dict(spec.resolved_recipe(size), _name=spec.name)
+    train = load_dataset(spec.dataset, "train", data_dir)
+    net = spec.build()
+    if recipe.get("init_from"):
+        ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
+        start = load_model(recipe["init_from"], size, cache)
+        net.load_state_dict(start.state_dict())
+    t0 = time.perf_counter()
+    out = train_from_recipe(net, recipe, train, device, progress)
+    train_s = time.perf_counter() - t0
+    recipe.pop("_name")
+    x, y = _eval_split(spec.dataset, data_dir)
+    images = f"test 0-{len(x) - 1}"
+    accs = {}
+    for member in out.meta.get("model_members", list(out.states)):
+        net.load_state_dict(out.states[member])
+        accs[member] = accuracy(net.to(device), x, y, device=device)
+    n_params = sum(p.numel() for p in net.parameters())
+    params = out.meta.get("surrogate_params", {})
+    kept = []
+    for key, sd in out.checkpoints.items():  # early-stopped entries <name>@epoch<k> (kind es)
+        k = int(key[len("epoch"):])
+        net.load_state_dict(sd)
+        name = f"{spec.name}@{key}"
+        sha = save_states(zoo_paths(name, size, cache)[0], {"": sd})
+        write_card(make_card(
+            spec, size, name=name, kind="es", recipe=recipe, members=[""],
+            clean_acc=accuracy(net.to(device), x, y, device=device), clean_acc_images=images, sha256=sha,
+            n_params=n_params, device=device, checkpoint_of=spec.name,
+            surrogate_params={"epoch": k, "epochs": int(recipe["epochs"]),
+                              **{p: v for p, v in params.items() if p != "epochs"}}), cache)
+        kept.append(k)
+    sha = save_states(zoo_paths(spec.name, size, cache)[0], out.states)
+    card = make_card(spec, size, recipe=recipe, members=list(out.states), clean_acc=sum(accs.values()) / len(accs),
+                     clean_acc_members=accs, clean_acc_images=images, train_s=train_s, sha256=sha,
+                     n_params=n_params, device=device, surrogate_params=params, meta=out.meta,
+                     epochs_kept=sorted(kept))
+    write_card(card, cache)
+    return card
+
+
+def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | os.PathLike | None = None,
+                   data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
+                   log: Callable[[str], object] = print) -> list[dict]:
+    """Train those of ``names`` (with the models they depend on) that are missing or stale, load
+    pretrained ones once to write their cards; returns the cards in the order of ``names``."""
+    size = size or default_size()
+    specs = load_specs()
+    cards = []
+    for name in dict.fromkeys(names):
+        spec = get_spec(name, specs)
+        if spec.pretrained is not None and not is_trained(spec, size, cache):
+            log(f"loading pretrained {name} ({spec.arch}) ...")
+            prepare_pretrained(spec, size, cache, data_dir, device)
+        elif not is_trained(spec, size, cache):
+            log(f"training {name} ({spec.arch}, size {size}) ...")
+            card = train_spec(spec, size, cache, data_dir, device, progress)
+            log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on test 0-999, {card['train_s']:.0f} s")
+        cards.append(read_card(name, size, cache))
+    return cards
+
+
+def load_states(name: str, size: str | None = None, cache: str | os.PathLike | None = None
+                ) -> tuple[ModelSpec, dict, States]:
+    """Spec, card and verified weights (member → state dict) of a trained model."""
+    size = size or default_size()
+    spec = get_spec(name)
+    weights, _ = zoo_paths(name, size, cache)
+    card = read_card(name, size, cache)
+    if card is None or not weights.is_file():
+        raise UserError(f"model {name!r} is not trained at size {size!r}; run `advtransfer zoo train {name}`")
+    if card.get("recipe_hash") != spec.recipe_hash(size):
+        raise UserError(f"model {name!r} in the cache was trained with another recipe; "
+                        f"run `advtransfer zoo train {name}` to retrain it")
+    return spec, card, read_states(weights, card.get("sha256"), card.get("members", [""]), name)
+
+
+def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = "") -> ImageClassifier:
+    """Build ``spec``'s network and load ``state`` into it (eval mode, gradients off for weights)."""
+    net = spec.build()
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise UserError(f"checkpoint {where or spec.name} does not fit architecture {spec.arch!r} "
+                        f"({first}); it is foreign or stale: delete it and retrain") from None
+    net.eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net
+
+
+def load_model(name: str, size: str | None = None, cache: str | os.PathLike | None = None,
+               device: str = "cpu") -> nn.Module:
+    """Load a trained zoo model: an eval-mode ``nn.Module`` taking pixels in [0,1] (N×3×32×32),
+    returning logits; the weights' sha256 is checked against the card.
+
+    For a collection (several weight sets) this returns its first member; use
+    :func:`load_members` for all of them. A pretrained entry (open_clip, timm) is built from its
+    hub tag or local weights file and takes pixels in [0,1] at any size.
+    """
+    spec = get_spec(name)
+    if spec.pretrained is not None:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(spec, device)
+    spec, _card, states = load_states(name, size, cache)
+    member = next(iter(states))
+    return instantiate(spec, states[member], name).to(device)
+
+
+def load_members(name: str, size: str | None = None, cache: str | os.PathLike | None = None,
+                 device: str = "cpu") -> list[nn.Module]:
+    """All weight sets of a zoo entry as eval-mode modules (one for a single model)."""
+    if get_spec(name).pretrained is not None:
+        return [load_model(name, size, cache, device)]
+    spec, _card, states = load_states(name, size, cache)
+    return [instantiate(spec, sd, f"{name}[{m}]").to(device) for m, sd in states.items()]

@@ -1,0 +1,83 @@
+"""The on-disk model store: where a zoo model's files live in the cache, and how its weights are
+written (safetensors, atomically) and read back (only after checking the card's sha256).
+
+Cache layout: ``$ADVTRANSFER_CACHE/zoo/<size>/<name>.safetensors`` and ``<name>.json`` (the card,
+see :mod:`.cards`). A single model is stored flat; a collection (several weight sets) stores each
+tensor as ``<member>/<key>``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..config import cache_dir
+from ..errors import UserError
+from ..utils import atomic_path, sha256_file
+
+States = dict[str, dict[str, torch.Tensor]]
+
+
+def zoo_paths(name: str, size: str, cache: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """(weights file, card file) of model ``name`` at ``size`` in the cache (``None``: the default cache)."""
+    root = cache_dir(cache) / "zoo" / size
+    return root / f"{name}.safetensors", root / f"{name}.json"
+
+
+def weights_path(name: str, size: str, cache: str | os.PathLike | None = None) -> Path:
+    return zoo_paths(name, size, cache)[0]
+
+
+def card_path(name: str, size: str, cache: str | os.PathLike | None = None) -> Path:
+    return zoo_paths(name, size, cache)[1]
+
+
+def states_to_flat(states: States) -> dict[str, torch.Tensor]:
+    """One flat tensor dict for safetensors: a single model (member ``""``) as is, else ``member/key``."""
+    if list(states) == [""]:
+        return {k: v.contiguous() for k, v in states[""].items()}
+    return {f"{m}/{k}": v.contiguous() for m, sd in states.items() for k, v in sd.items()}
+
+
+def flat_to_states(flat: dict[str, torch.Tensor], members: Sequence[str]) -> States:
+    """Inverse of :func:`states_to_flat` for the card's ``members``."""
+    if list(members) == [""]:
+        return {"": flat}
+    out: States = {m: {} for m in members}
+    for k, v in flat.items():
+        m, _, key = k.partition("/")
+        if m not in out:
+            raise UserError(f"checkpoint holds an unexpected member {m!r}")
+        out[m][key] = v
+    return out
+
+
+def save_states(path: Path, states: States) -> str:
+    """Write ``states`` to ``path`` as safetensors, atomically; returns the file's sha256."""
+    from safetensors.torch import save_file
+
+    with atomic_path(path) as tmp:
+        save_file(states_to_flat(states), str(tmp))
+    return sha256_file(path)
+
+
+def verify_checksum(path: Path, expected: str | None, name: str) -> None:
+    """UserError unless the file at ``path`` has sha256 ``expected`` (the card's)."""
+    if sha256_file(path) != expected:
+        raise UserError(f"checkpoint {path} does not match its card's sha256 (corrupt or replaced); "
+                        f"delete it and run `advtransfer zoo train {name}`")
+
+
+def read_states(path: Path, expected_sha256: str | None, members: Sequence[str], name: str) -> States:
+    """The weights at ``path`` after the checksum check, split into ``members``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    verify_checksum(path, expected_sha256, name)
+    try:
+        flat = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise UserError(f"checkpoint {path} cannot be read ({exc}); delete it and retrain") from None
+    return flat_to_states(flat, members)

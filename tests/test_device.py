@@ -1,0 +1,27 @@
+"""Every gradient attack keeps its tensors on the input's device. Run on PyTorch's ``meta``
+device (shapes only, no data): any tensor an attack creates on the CPU and mixes with x fails
+there exactly as it would on a GPU, so the check runs on machines without one."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
+
+GRADIENT_ATTACKS = [n for n in ATTACKS.names() if not getattr(ATTACKS.get(n), "universal", False)]
+
+
+def _net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10)).to("meta")
+
+
+@pytest.mark.parametrize("n_models", [1, 3])
+@pytest.mark.parametrize("name", GRADIENT_ATTACKS)
+def test_attack_stays_on_the_input_device(name, n_models):
+    assert "adaea" in GRADIENT_ATTACKS  # its per-image weights were once built on the CPU
+    x = torch.empty(6, 3, 8, 8, device="meta")
+    y = torch.zeros(6, dtype=torch.long, device="meta")
+    S = SurrogateSet([_net() for _ in range(n_models)])
+    x_adv = create_attack(name, eps=8 / 255, steps=2)(S, x, y)
+    assert x_adv.device.type == "meta" and x_adv.shape == x.shape
