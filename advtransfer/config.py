@@ -31,3 +31,19 @@ def default_device() -> str:
     import torch
 
     return os.environ.get("ADVTRANSFER_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+#: CPU threads training uses unless a recipe says ``threads:``. Float summation order depends on
+#: the thread count (1 and 2 threads train measurably different models), so training pins it:
+#: every machine of the same kind then trains bit-identical weights. It enters the recipe hash.
+DEFAULT_TRAIN_THREADS = 2
+
+
+def train_threads(recipe: dict) -> int:
+    """The thread count a resolved recipe trains with (``threads:``, else 2)."""
+    n = recipe.get("threads", DEFAULT_TRAIN_THREADS)
+    if not isinstance(n, int) or n < 1:
+        from .errors import UserError
+
+        raise UserError(f"recipe threads must be a positive integer, got {n!r}")
+    return n

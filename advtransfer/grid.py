@@ -19,7 +19,7 @@ from .resources import grids_dir
 from .utils import eps_to_str, parse_fraction, short_hash
 
 MATCH_KINDS = ("step", "evals")
-GRID_KEYS = {"matched", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+GRID_KEYS = {"matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -162,7 +162,17 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
 
     surrogates = []
     _need(isinstance(raw["surrogates"], list) and raw["surrogates"], src, "surrogates must be a non-empty list")
+    grid_reps = raw.get("replicates", 1)
+    _need(isinstance(grid_reps, int) and not isinstance(grid_reps, bool) and grid_reps >= 1, src,
+          f"replicates must be a positive integer, got {grid_reps!r}")
     for s in raw["surrogates"]:
+        reps = grid_reps
+        if isinstance(s, dict) and "replicates" in s:
+            s = dict(s)
+            reps = s.pop("replicates")
+            _need(isinstance(reps, int) and not isinstance(reps, bool) and reps >= 1, src,
+                  f"surrogate set {s.get('name', s.get('models'))}: replicates must be a positive integer, got {reps!r}")
+        n_before = len(surrogates)
         if isinstance(s, str):
             surrogates.append(SurrogateEntry((s,)))
         elif isinstance(s, list) and s and all(isinstance(m, str) for m in s):
@@ -186,6 +196,15 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         else:
             raise UserError(f"{src}: a surrogate must be a model name, a list of names, or "
                             f"{{models: [...], weights: [...], name: ...}}; got {s!r}")
+        if reps > 1:  # independently seeded replicates of every member: <model>@r<k>, rows share surrogate_base
+            from .models.catalogue import replicate_name
+
+            entry = surrogates.pop()
+            assert len(surrogates) == n_before
+            for k in range(reps):
+                models = tuple(replicate_name(m, k) for m in entry.models)
+                surrogates.append(replace(entry, models=models, label=f"{entry.name}@r{k}" if k else entry.name,
+                                          base=entry.name, replicate=k))
     victims = raw["victims"]
     _need(isinstance(victims, list) and victims and all(isinstance(v, str) for v in victims), src,
           "victims must be a non-empty list of model names")
@@ -197,6 +216,9 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     _need(all(isinstance(s, int) for s in seeds), src, "seeds must be integers")
     budget = raw.get("budget", "steps")
     _need(budget in ("steps", "grad_evals"), src, f"budget must be 'steps' or 'grad_evals', not {budget!r}")
+    ref = raw.get("reference")
+    _need(ref is None or (isinstance(ref, str) and ref in {e.base or e.name for e in surrogates}), src,
+          f"reference must name one of the grid's surrogates (the one every other surrogate is compared with), got {ref!r}")
     matched = raw.get("matched") or []
     matched = [matched] if isinstance(matched, str) else matched
     _need(isinstance(matched, list) and all(m in MATCH_KINDS for m in matched), src,

@@ -30,3 +30,28 @@ def seeded(seed: int | None, device: str | torch.device | None = None) -> Iterat
             for i in devices:
                 torch.cuda.default_generators[i].manual_seed(int(seed))
         yield
+
+
+@contextmanager
+def pinned_threads(n: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)``, then restore the caller's thread count."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def provenance(device: str, threads: int | None = None) -> dict:
+    """What determines trained weights beyond the recipe: thread count, device (and GPU name),
+    deterministic-algorithm setting, processor and library versions (see utils.versions)."""
+    import platform
+
+    info = {"threads": threads if threads is not None else torch.get_num_threads(), "device": str(device),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)
+    return info

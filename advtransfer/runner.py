@@ -161,7 +161,8 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     manifest.update({
         "run_id": run_id, "grid": spec.raw, "grid_file": spec.source, "git_sha": sha, "versions": versions(),
         "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s")}
+        "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",
+                                          "provenance", "versions", "method_version")}
                 for m, c in cards.items()},
         "cells": {**manifest.get("cells", {}), **{c.cell_id: c.config for c in cells}},
     })

@@ -137,12 +137,20 @@ def test_cwa_parameters_and_errors():
         create_attack("cwa", eps=EPS, norm="l2")
 
 
-def test_grid_budget_grad_evals_matches_cwa():
-    """In grids/ensemble_evals.yaml every attack spends at most CWA's 60 evaluations (10 steps ×
+def test_grid_budget_grad_evals_matches_cwa(tmp_path):
+    """With ``budget: grad_evals`` every attack spends at most CWA's 60 evaluations (10 steps ×
     2 × 3 models), and as many whole steps as fit."""
+    import yaml
+
     from advtransfer.grid import load_grid, resolve_attack
 
-    spec = load_grid("ensemble_evals")
+    grid = {"name": "evals", "n": 20, "size": "ci", "eps": ["8/255"], "budget": "grad_evals",
+            "defaults": {"grad_evals": 60},
+            "attacks": {"ens": {"attack": "mifgsm"}, "ens_a5": {"attack": "mifgsm", "alpha_over_eps": "1/5"},
+                        "svre": {}, "adaea": {}, "cwa": {}, "cwa_sam": {}, "cwa_cse": {}},
+            "surrogates": [["resnet20_a", "vgg_a", "mobilenet_a"]], "victims": ["resnet20_b"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    spec = load_grid(str(tmp_path / "g.yaml"))
     assert spec.budget == "grad_evals"
     got = {e.label: resolve_attack(e, spec, EPS, 0, 3) for e in spec.attacks}
     for label, a in got.items():

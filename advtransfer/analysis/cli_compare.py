@@ -18,6 +18,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_b", nargs="?", metavar="RUN_B", help="a second run folder: regression diff RUN - RUN_B")
     p.add_argument("--a", dest="a_label", metavar="LABEL", help="attack label of row A (with --b)")
     p.add_argument("--b", dest="b_label", metavar="LABEL", help="attack label of row B (with --a)")
+    p.add_argument("--reference", metavar="SURROGATE",
+                   help="compare surrogates instead of attacks: every other surrogate against this one, same attack")
     p.add_argument("--method", default="newcombe", choices=["newcombe", "bootstrap"],
                    help="95%% interval of the difference: Newcombe's paired score interval (default) or a seeded "
                         "paired bootstrap (10,000 resamples)")
@@ -26,7 +28,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare_run, compare_runs, forest_plot, format_table, write_comparisons
+    from .compare import compare_run, compare_runs, compare_surrogates, forest_plot, format_table, write_comparisons
 
     out = Path(args.out) if args.out else Path(args.run_dir)
     if args.run_b:
@@ -34,6 +36,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise UserError("--a/--b pick rows within one run; with two runs every shared row is compared")
         df = compare_runs(args.run_dir, args.run_b, args.method)
         stem = f"comparisons_vs_{Path(args.run_b).resolve().name}"
+    elif args.reference:
+        if args.a_label or args.b_label:
+            raise UserError("--reference compares surrogates; --a/--b compare attacks: give one or the other")
+        df = compare_surrogates(args.run_dir, args.reference, args.method)
+        stem = "comparisons"
     else:
         df = compare_run(args.run_dir, args.a_label, args.b_label, args.method)
         stem = "comparisons"

@@ -205,6 +205,37 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
     return out
 
 
+def compare_surrogates(run_dir: str | Path, reference: str, method: str = "newcombe", seed: int = 0) -> pd.DataFrame:
+    """Comparison table of one run by surrogate: every other surrogate (``surrogate_base``) against
+    ``reference`` under the same attack label, ε, seed and victim, paired on the images; replicate
+    k of one is paired with replicate k of the other and replicates are pooled as strata (they are
+    independent trainings, so the pairing by index is arbitrary but each stratum is a valid paired
+    comparison on the same images). ``a_label``/``b_label`` hold the surrogate names here, the
+    attack is in ``attack_label`` and ``compare_by`` is 'surrogate'."""
+    df = read_results(run_dir)
+    bases = sorted(df["surrogate_base"].unique())
+    if reference not in bases:
+        raise UserError(f"reference surrogate {reference!r} is not in {run_dir}; surrogates there: {', '.join(bases)}")
+    keys = _keys(df, ("attack_label", "eps", "victim", "seed", "replicate", "norm", "targeted"))
+    ref = df[df["surrogate_base"] == reference]
+    rest = df[(df["surrogate_base"] != reference) & ~df["is_whitebox"].astype(bool)]
+    merged = _merge(rest, ref, keys, keys)
+    if merged.empty:
+        raise UserError(f"no row of {run_dir} shares (attack, eps, victim, seed, replicate) with {reference!r}")
+    group = ["surrogate_base_a"] + [f"{k}_a" for k in keys if k not in GROUP_DROP]
+    samples = Samples(run_dir)
+    rows = []
+    for pairs in _grouped(merged, group):
+        row = _compare_group(pairs, samples, samples, method, seed)
+        ra, rb = pairs[0]
+        row.update(a_label=ra["surrogate_base"], b_label=rb["surrogate_base"], surrogate=ra["surrogate_base"],
+                   attack_label=ra["attack_label"], match="none", compare_by="surrogate")
+        rows.append(row)
+    out = _finish(rows)
+    out["a_run"] = out["b_run"] = Path(run_dir).name
+    return out
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe", seed: int = 0) -> pd.DataFrame:
     """Regression diff of two runs: each row of RUN_A against the row of RUN_B with the same
     (surrogate, attack_label, attack_params, eps, victim, seed, replicate); replicates pooled

@@ -145,7 +145,8 @@ def comparison_sentence(r: pd.Series | dict) -> str:
     p_word = "stratified exact McNemar" if int(r.get("n_strata", 1)) > 1 else "McNemar"
     p_m = format_p(r["p_mcnemar"])
     p_txt = f"{p_word} p {p_m}" if p_m.startswith("<") else f"{p_word} p = {p_m}"
-    s = (f"{a} vs {other} on {r['victim']} (surrogate {r['surrogate']}, ε {r.get('eps_str', r['eps'])}): "
+    where = (f"attack {r['attack_label']}" if r.get("compare_by") == "surrogate" else f"surrogate {r['surrogate']}")
+    s = (f"{a} vs {other} on {r['victim']} ({where}, ε {r.get('eps_str', r['eps'])}): "
          f"{_signed(100 * r['diff'])} points [{_signed(100 * r['diff_ci_low'])}, {_signed(100 * r['diff_ci_high'])}], "
          f"{p_txt}, Holm {format_p(r['p_holm'])}: "
          + VERDICT_TEXT.get(r["verdict"], r["verdict"]).format(a=r["a_label"], b=r["b_label"]))
@@ -190,13 +191,27 @@ def section_configuration(ctx: ReportContext) -> Section:
 CARD_EXTRA = ("threads", "num_threads", "device", "torch_version", "versions", "train_device")
 
 
+def _made_by(card: dict) -> str:
+    """What produced a model's weights beyond its recipe, from the card's provenance."""
+    p, v = card.get("provenance") or {}, card.get("versions") or {}
+    if not p:
+        return "not recorded"
+    parts = [f"{p.get('threads')} threads", str(p.get("gpu") or p.get("device", "")), str(p.get("machine", ""))]
+    if v.get("torch"):
+        parts.append(f"torch {v['torch']}")
+    if p.get("deterministic_algorithms"):
+        parts.append("deterministic")
+    return ", ".join(x for x in parts if x)
+
+
 def section_models(ctx: ReportContext) -> Section:
     df, zoo = ctx.results, ctx.manifest.get("zoo") or {}
     acc = df.groupby("victim").agg(clean_acc=("clean_acc", "mean"), family=("victim_family", "first"))
     names = sorted(set(acc.index) | set(zoo), key=lambda m: (m not in acc.index, m))
     extra = [k for k in CARD_EXTRA if any(k in (zoo.get(m) or {}) for m in names)]
+    made = any((zoo.get(m) or {}).get("provenance") for m in names)
     cols = ["model", "arch", "family", "kind", "role", f"clean acc. % (run's {int(df['n'].iloc[0])} images)",
-            "clean acc. % (card)", "train s", "sha256", *extra]
+            "clean acc. % (card)", "train s", "sha256", *extra, *(["weights made by"] if made else [])]
     rows = []
     surs = set()
     for s in df["surrogate"].unique():
@@ -213,7 +228,7 @@ def section_models(ctx: ReportContext) -> Section:
                      _pct(acc["clean_acc"].get(m, math.nan)) if m in acc.index else "",
                      _pct(c["clean_acc"]) if c.get("clean_acc") is not None else "",
                      f"{c['train_s']:.0f}" if c.get("train_s") is not None else "",
-                     str(c.get("sha256", ""))[:12], *ex])
+                     str(c.get("sha256", ""))[:12], *ex, *([_made_by(c)] if made else [])])
     note = ("Clean accuracy on the run's images (what the ASR denominators count) and, from the zoo card, "
             "on the held-out set the model was scored on when trained.")
     return Section("Models", [note, Table(cols, rows, tex="models")], "models")
@@ -458,14 +473,17 @@ def _load_comparisons(run_dir: Path) -> tuple[pd.DataFrame | None, str]:
     """The run's comparisons.parquet; if absent, computed (and written, with forest plots) when the
     run has matched baselines, or older than the run's table (the grid added rows since).
     Returns (table or None, a note for the report)."""
-    from .compare import compare_run, forest_plot, write_comparisons
+    from .compare import compare_run, compare_surrogates, forest_plot, write_comparisons
 
     path = run_dir / "comparisons.parquet"
     results = run_dir / "results.parquet"
     if path.is_file() and (not results.is_file() or path.stat().st_mtime_ns >= results.stat().st_mtime_ns):
         return pd.read_parquet(path), ""
+    from ..store import RunStore
+
+    reference = (RunStore(run_dir).read_manifest().get("grid") or {}).get("reference")
     try:
-        df = compare_run(run_dir)
+        df = compare_surrogates(run_dir, reference) if reference else compare_run(run_dir)
     except UserError as exc:
         return None, f"No comparisons: {exc}."
     write_comparisons(df, run_dir)

@@ -32,6 +32,7 @@ class ModelSpec:
     kind: str = "single"
     channels_last: bool = True
     pretrained: dict | None = None  # open_clip / timm pretrained entry (not trained): see models/pretrained.py
+    replicates: int = 1  # independently seeded copies <name>@r1 .. @r<k-1> (replicate 0 is <name> itself)
     source: str = ""
 
     def resolved_recipe(self, size: str) -> dict:
@@ -62,8 +63,12 @@ class ModelSpec:
             from .pretrained import identity
 
             return identity(self)
+        from ..config import train_threads
+
+        recipe = self.resolved_recipe(size)
         ident: dict[str, Any] = {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
-                                 "num_classes": self.num_classes, "recipe": self.resolved_recipe(size)}
+                                 "num_classes": self.num_classes, "recipe": recipe,
+                                 "threads": train_threads(recipe)}  # pinned in training: weights depend on it
         version = self.method_version()
         if version != 1:
             # version 1 is each method's code as it was when versions were introduced: left out of
@@ -104,6 +109,11 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
     if extra:
         raise UserError(f"{source}: model {entry['name']!r} has unknown keys {sorted(extra)}; "
                         f"allowed: {sorted(known)}")
+    reps = entry.get("replicates", 1)
+    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
+        raise UserError(f"{source}: model {entry['name']!r}: replicates must be a positive integer, got {reps!r}")
+    if "@" in str(entry["name"]):
+        raise UserError(f"{source}: model name {entry['name']!r} may not contain '@' (reserved for @epoch<k> and @r<k>)")
     if "pretrained" in entry:
         from .pretrained import check_entry
 
@@ -142,23 +152,76 @@ def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
     return specs
 
 
+#: seed offset between replicates: replicate k trains with the recipe's seed + k·REPLICATE_SEED_STEP
+REPLICATE_SEED_STEP = 1000
+
+
 def split_checkpoint(name: str) -> tuple[str, int | None]:
-    """``'resnet20_std@epoch2'`` → ``('resnet20_std', 2)``; a plain name → ``(name, None)``."""
-    base, sep, tail = name.partition("@")
-    if not sep:
+    """``'resnet20_std@epoch2'`` → ``('resnet20_std', 2)``, ``'resnet20_std@r1@epoch2'`` →
+    ``('resnet20_std@r1', 2)``; a name without a checkpoint → ``(name, None)``."""
+    base, sep, tail = name.rpartition("@")
+    if not sep or (tail.startswith("r") and tail[1:].isdigit()):
         return name, None
     if not (tail.startswith("epoch") and tail[5:].isdigit()):
-        raise UserError(f"model {name!r}: a checkpoint is named <entry>@epoch<k>, like resnet20_std@epoch2")
+        raise UserError(f"model {name!r}: a checkpoint is named <entry>@epoch<k> (like resnet20_std@epoch2) and a "
+                        f"replicate <entry>@r<k> (like resnet20_a@r1)")
     return base, int(tail[5:])
+
+
+def split_replicate(name: str) -> tuple[str, int]:
+    """``'resnet20_a@r2'`` → ``('resnet20_a', 2)``; ``'resnet20_a'`` → ``('resnet20_a', 0)``
+    (a checkpoint suffix must be split off first, see :func:`split_checkpoint`)."""
+    base, sep, tail = name.rpartition("@")
+    if sep and tail.startswith("r") and tail[1:].isdigit():
+        return base, int(tail[1:])
+    return name, 0
+
+
+def replicate_name(name: str, k: int) -> str:
+    """The name of replicate ``k`` of model ``name`` (a checkpoint keeps its suffix):
+    ``replicate_name('resnet20_std@epoch2', 1)`` → ``'resnet20_std@r1@epoch2'``; k = 0 is ``name``."""
+    base, epoch = split_checkpoint(name)
+    root, _ = split_replicate(base)
+    if k == 0:
+        return f"{root}" + (f"@epoch{epoch}" if epoch is not None else "")
+    return f"{root}@r{k}" + (f"@epoch{epoch}" if epoch is not None else "")
+
+
+def _replicate_spec(spec: ModelSpec, k: int, specs: dict[str, ModelSpec]) -> ModelSpec:
+    """Replicate ``k`` of ``spec``: the same recipe with seed + k·1000; a recipe continuing from
+    another entry (``init_from``) continues from that entry's replicate k when it declares one."""
+    if k >= spec.replicates:
+        raise UserError(f"model {spec.name}@r{k}: {spec.name!r} declares {spec.replicates} replicate(s) "
+                        f"({spec.source}); add `replicates: {k + 1}` to its entry")
+
+    def shift(d: dict) -> dict:
+        d = dict(d)
+        if "seed" in d:
+            d["seed"] = int(d["seed"]) + k * REPLICATE_SEED_STEP
+        if d.get("init_from"):
+            base = get_spec(d["init_from"], specs)
+            if base.replicates > k:
+                d["init_from"] = replicate_name(d["init_from"], k)
+        return d
+
+    recipe = shift(spec.recipe)
+    recipe.setdefault("seed", k * REPLICATE_SEED_STEP)
+    if "sizes" in recipe:
+        recipe["sizes"] = {size: shift(v) for size, v in recipe["sizes"].items()}
+    return replace(spec, name=f"{spec.name}@r{k}", recipe=recipe)
 
 
 def get_spec(name: str, specs: dict[str, ModelSpec] | None = None) -> ModelSpec:
     """The entry ``name``; ``<entry>@epoch<k>`` is the checkpoint kept after epoch k of a recipe
-    with ``keep_epochs`` (kind ``es``, early stopping), trained together with its entry."""
+    with ``keep_epochs`` (kind ``es``, early stopping), trained together with its entry;
+    ``<entry>@r<k>`` is its k-th independently seeded replicate (the entry declares ``replicates``)."""
     specs = load_specs() if specs is None else specs
     base, epoch = split_checkpoint(name)
     if epoch is not None:
         return replace(get_spec(base, specs), name=name, kind="es")
+    root, k = split_replicate(name)
+    if k > 0:
+        return _replicate_spec(get_spec(root, specs), k, specs)
     if name not in specs:
         raise UserError(suggest(name, list(specs), "model") + "; models are declared in surrogates/*.yaml and victims/*.yaml")
     return specs[name]

@@ -98,9 +98,15 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
         ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
         start = load_model(recipe["init_from"], size, cache)
         net.load_state_dict(start.state_dict())
+    from ..config import train_threads
+    from ..rng import pinned_threads, provenance
+
+    threads = train_threads(recipe)
     t0 = time.perf_counter()
-    out = train_from_recipe(net, recipe, train, device, progress)
+    with pinned_threads(threads):
+        out = train_from_recipe(net, recipe, train, device, progress)
     train_s = time.perf_counter() - t0
+    made_by = provenance(device, threads)
     recipe.pop("_name")
     x, y = _eval_split(spec.dataset, data_dir)
     images = f"test 0-{len(x) - 1}"
@@ -119,7 +125,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
         write_card(make_card(
             spec, size, name=name, kind="es", recipe=recipe, members=[""],
             clean_acc=accuracy(net.to(device), x, y, device=device), clean_acc_images=images, sha256=sha,
-            n_params=n_params, device=device, checkpoint_of=spec.name,
+            n_params=n_params, device=device, checkpoint_of=spec.name, provenance=made_by,
             surrogate_params={"epoch": k, "epochs": int(recipe["epochs"]),
                               **{p: v for p, v in params.items() if p != "epochs"}}), cache)
         kept.append(k)
@@ -127,7 +133,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     card = make_card(spec, size, recipe=recipe, members=list(out.states), clean_acc=sum(accs.values()) / len(accs),
                      clean_acc_members=accs, clean_acc_images=images, train_s=train_s, sha256=sha,
                      n_params=n_params, device=device, surrogate_params=params, meta=out.meta,
-                     epochs_kept=sorted(kept))
+                     epochs_kept=sorted(kept), provenance=made_by)
     write_card(card, cache)
     return card
 
