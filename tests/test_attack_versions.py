@@ -79,3 +79,12 @@ def test_changed_attack_recrafts(tmp_path, cache_dir, monkeypatch):
     assert len(second - first) == 1, "the changed attack's cell was not crafted again"
     df2 = RunStore(out).read_results()
     assert set(df2["attack_version"]) == {ATTACKS.get("nifgsm").version - 1, ATTACKS.get("nifgsm").version}
+
+
+def test_readme_tables_are_generated_from_the_schema():
+    """The README's column tables are the schema module's (regenerate: python -m advtransfer.schema)."""
+    from advtransfer import schema
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for table in schema.TABLES:
+        assert schema.readme_block(table) in readme, f"README's {table} table is stale: paste `python -m advtransfer.schema`"
