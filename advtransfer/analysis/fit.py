@@ -47,6 +47,7 @@ import pandas as pd
 import torch
 
 from ..errors import UserError
+from ..metrics import predict_batched
 from ..utils import atomic_path
 from .exposure import _joined
 
@@ -112,7 +113,7 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
         if name not in cache_m:
             m = zoo.load_model(name, size, cache, device)
             with torch.no_grad():
-                cache_m[name] = torch.cat([m(xh[i:i + 500].to(device)).cpu() for i in range(0, len(xh), 500)])
+                cache_m[name] = predict_batched(m, xh, 500, device)
         return cache_m[name]
 
     def set_pred(surrogate: str) -> np.ndarray:

@@ -1,7 +1,7 @@
 """CWA, the Common Weakness Attack (Chen et al. 2024), MI variant, L∞.
 
 Per outer step t (x_o the current iterate, every norm per sample):
-  1. g = ∇ of the ensemble loss at x_o (summed logits by default: ``ensemble: logit``);
+  1. g = ∇ of the ensemble loss at x_o (mean logits by default: ``ensemble: logit``);
   2. reverse (SAM-like) step: x ← Π(x_o − r·sign(g)), towards *lower* loss;
   3. cosine-similarity encouragement: for each member i in turn, g_i = ∇L_i(x);
      m ← μ_in·m + g_i/‖g_i‖₂; x ← Π(x + β·m);

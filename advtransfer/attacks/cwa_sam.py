@@ -2,7 +2,7 @@
 gradient taken at the reversed point (sharpness-aware minimisation applied to the attack).
 
 Per outer step: x' = Π(x_o − r·sign(∇L(x_o))); g' = ∇L(x'); M ← μ·M + g'/‖g'‖₁ (per sample);
-x ← Π(x_o + α·sign(M)). L is the ensemble loss (summed logits by default). Cost 2n per step.
+x ← Π(x_o + α·sign(M)). L is the ensemble loss (mean logits by default). Cost 2n per step.
 Same defaults as :mod:`.cwa` (r = ε/15, α = ε/5, μ = 1); ``beta``/``inner_momentum`` are
 accepted (and recorded) but unused, so a grid can pass CWA's parameters to all three.
 """

@@ -137,14 +137,13 @@ def make_optimizer(params: Any, recipe: dict) -> torch.optim.Optimizer:
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500,
              device: str = "cpu") -> float:
     """Top-1 accuracy of ``model`` (eval mode) on pixels ``x`` in [0,1]."""
+    from ..metrics import labels
+
     was = model.training
     model.eval()
-    correct = 0
-    for s in range(0, len(x), batch_size):
-        out = model(x[s:s + batch_size].to(device))
-        correct += int((out.argmax(1).cpu() == y[s:s + batch_size]).sum())
+    pred = labels(model, x, batch_size, device)
     model.train(was)
-    return correct / len(x)
+    return float((pred == y).sum()) / len(x)
 
 
 def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
