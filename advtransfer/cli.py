@@ -194,7 +194,7 @@ def cmd_attacks(args: argparse.Namespace) -> int:
         extra = getattr(cls, "extra_defaults", {})
         params = ", ".join(f"{k}={v}" for k, v in extra.items())
         first = (inspect.getdoc(sys.modules[cls.__module__]) or doc).splitlines()[0]
-        print(f"{name:14s} {first}")
+        print(f"{name:14s} [{cls.kind}, v{cls.version}] {first}")
         if params:
             print(f"{'':14s} parameters: {params}")
     return 0
