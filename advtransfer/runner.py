@@ -168,7 +168,8 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     })
     manifest.setdefault("created_at", manifest["updated_at"])
     store.write_manifest(manifest)
-    def train_data(n: int):
+
+    def train_data(n: int):  # the first n training images, for kinds that learn on training data
         return eval_subset(load_dataset(spec.dataset, "train", data_dir), n)
 
     bar = tqdm(cells, desc=f"grid {spec.name}", unit="cell", disable=not progress)
