@@ -23,7 +23,7 @@ def add_distortion_parser(sub) -> None:
                    help="HopSkipJump query budgets per image, comma-separated (default 100,1000; 0 skips it)")
     p.add_argument("--blackbox-n", type=int, default=20,
                    help="images attacked by HopSkipJump, the run's first N (default 20: with the default budgets "
-                        "and variant, about 20,000 victim queries per victim, a minute or two per CIFAR victim "
+                        "and variant, at most 20,000 victim queries per victim, one to three minutes per CIFAR victim "
                         "on 2 CPU cores)")
     p.add_argument("--blackbox-norms", default="l2",
                    help="HopSkipJump variants, l2 and/or linf (default l2: the L-inf distance of the points it "
