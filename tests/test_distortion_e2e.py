@@ -142,7 +142,7 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     # the black-box ratio, per victim, on the images HopSkipJump attacked
     for v in ("tiny_a", "tiny_b", "tiny_c"):
         assert f"- {v}: " in md
-    assert "HopSkipJump finds with 20 queries" in md or "no single transfer source" in md
+    assert "with 20 queries (transfer needs" in md or "no single transfer source" in md
     assert "FiT's pick averages" in md and "Robust accuracy against the union" in md
     assert (run / "report" / "tables" / "blackbox.tex").is_file() and (run / "report" / "tables" / "fit.tex").is_file()
 
