@@ -2,6 +2,7 @@
 #   make grid ATTACK=mifgsm [GRID=cifar10|grids/x.yaml]   train the zoo if needed, run the grid, plot
 #   make test                                             the whole test suite (what CI runs)
 #   make zoo [SIZE=cpu]   make plot RUN=results/cifar10   make bench
+#   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -20,7 +21,7 @@ endif
 
 STAMP := $(VENV)/.installed
 
-.PHONY: install grid test zoo plot bench clean-results
+.PHONY: install grid test zoo plot bench distortion report clean-results
 
 install: $(STAMP)
 
@@ -46,6 +47,15 @@ plot: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_store.py
+	$(BIN)/python benchmarks/bench_blackbox.py
+
+# minimal distortion, HopSkipJump yardstick, union over attacks, FiT, SAT; then the report
+distortion: $(STAMP)
+	$(BIN)/advtransfer distortion $(RUN)
+	$(BIN)/advtransfer report $(RUN)
+
+report: $(STAMP)
+	$(BIN)/advtransfer report $(RUN)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests

@@ -53,6 +53,11 @@ victims: [tiny_a, tiny_b, tiny_c]
 """
 
 
+DISTORTION_SECTIONS = ("Minimal distortion along the transfer direction", "ASR vs ε",
+                       "Black-box yardstick (HopSkipJump)", "Exposure: worst case over transfer attacks",
+                       "FiT source selection", "Model similarity (SAT)")
+
+
 @pytest.mark.slow
 def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     (tmp_path / "zoo").mkdir()
@@ -62,7 +67,12 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     assert main(["grid", str(tmp_path / "e2e.yaml"), "--out", str(run), "--no-plot", "--no-progress",
                  "--device", "cpu"]) == 0
-    args = ["distortion", str(run), "--blackbox-budgets", "20,50", "--blackbox-n", "6", "--fit-budgets", "5,20",
+    # before `advtransfer distortion`: the report has none of its sections
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    for title in DISTORTION_SECTIONS:
+        assert title not in md
+    args = ["distortion", str(run), "--blackbox-budgets", "20,50", "--blackbox-n", "6", "--blackbox-norms", "l2,linf", "--fit-budgets", "5,20",
             "--device", "cpu"]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -118,6 +128,23 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     # SAT in [log ε_s, log 100]; NaN where no image is right for both and fooled by its own attack
     assert sim.sat.dropna().between(math.log(0.1) - 1e-12, math.log(100) + 1e-12).all()
     assert (sim.n_pairs > 0).any()
+
+    # the report now carries every distortion section, with its sentences and figures
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    html = (run / "report" / "report.html").read_text()
+    for title in DISTORTION_SECTIONS:
+        assert title in md and title in html
+    assert "crafted at L∞ ε = 8/255: median minimal L∞ ×255 [q25, q75], surrogate × victim" in md
+    # one sentence per ASR-vs-ε figure: scaled 8/255 direction against crafting at 4/255
+    assert md.count("(the craft itself)") == 6 and "scaling down the 8/255 direction gives" in md
+    assert "asr_eps_tiny_a_fgsm.png" in md and "sat_dendrogram.png" in md
+    # the black-box ratio, per victim, on the images HopSkipJump attacked
+    for v in ("tiny_a", "tiny_b", "tiny_c"):
+        assert f"- {v}: " in md
+    assert "with 20 queries (transfer needs" in md or "no single transfer source" in md
+    assert "FiT's pick averages" in md and "Robust accuracy against the union" in md
+    assert (run / "report" / "tables" / "blackbox.tex").is_file() and (run / "report" / "tables" / "fit.tex").is_file()
 
     # idempotent: a second run measures nothing again and leaves the per-image tables as they were
     before = s.copy()

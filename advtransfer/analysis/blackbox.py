@@ -29,6 +29,12 @@ does not depend on the budget, the numbers at b = 100 equal those of a run stopp
 so one run at the largest budget gives every budget. The last operation before the budget runs
 out is cut short (fewer gradient draws, fewer bisection steps), never over-spent.
 
+Speed: the queries of every image of the batch (gradient draws, bisection steps, step candidates)
+go to the victim together, in forward passes of ``chunk`` images. On a CPU small chunks are
+faster per image than large ones (the activations of a few hundred 32×32 images stay in cache;
+resnet20 on one core: about 2.4 ms per image at 128-256 images, 4.8 ms at 2,000), so the default
+is 128 on a CPU and 4,096 on an accelerator. The chunk changes no query and no count.
+
 Simplifications: untargeted only; no early stop at a target distortion; the random draws are
 seeded per (seed, dataset index), so an image's result does not depend on its batch.
 """
@@ -51,7 +57,7 @@ class _Oracle:
     """Victim queries with exact per-image budgets; records the best distortions per checkpoint."""
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, budget: int,
-                 checkpoints: Sequence[int], chunk: int = 2000) -> None:
+                 checkpoints: Sequence[int], chunk: int = 128) -> None:
         self.model, self.x, self.y, self.budget, self.chunk = model, x, y, budget, chunk
         self.n = len(x)
         self.count = torch.zeros(self.n, dtype=torch.int64)
@@ -62,7 +68,7 @@ class _Oracle:
     def left(self, img: torch.Tensor) -> torch.Tensor:
         return self.budget - self.count[img]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def ask(self, img: torch.Tensor, pts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Is each point adversarial for its image? ``img``: image of each point (grouped
         points of one image keep their order); points past an image's budget are not sent
@@ -140,19 +146,33 @@ def _binary_search(o: _Oracle, img: torch.Tensor, xp: torch.Tensor, norm: str, t
     return _project(x, xp, high, norm)
 
 
+def default_chunk(device: str | torch.device) -> int:
+    """Images per victim forward pass: 128 on a CPU (cache-sized), 4,096 on an accelerator."""
+    return 128 if torch.device(device).type == "cpu" else 4096
+
+
+def _model_device(model: nn.Module) -> str:
+    if isinstance(model, _Device):
+        return model.device
+    p = next(iter(model.parameters()), None)
+    return str(p.device) if p is not None else "cpu"
+
+
 def _gens(index: torch.Tensor, seed: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(int(seed) * 1_000_003 + int(i)) for i in index.tolist()]
 
 
 def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[int] = (100, 1000),
          norm: str = "l2", index: torch.Tensor | None = None, seed: int = 0, init_trials: int = 100,
-         init_evals: int = 100, max_evals: int = 10_000, gamma: float = 1.0) -> dict[str, torch.Tensor]:
+         init_evals: int = 100, max_evals: int = 10_000, gamma: float = 1.0,
+         chunk: int | None = None) -> dict[str, torch.Tensor]:
     """Untargeted HopSkipJump on images x (N×C×H×W in [0,1], labels y) against ``model`` (pixels in
     [0,1], normalisation inside). Runs to ``max(budgets)`` queries per image; returns CPU tensors:
     ``min_l2`` and ``min_linf`` of shape (len(budgets), N) (best adversarial point found within
     each budget; 0 when the clean image is already misclassified, inf when none found) and
     ``queries`` (N,), the queries spent (= max(budgets) unless the image was misclassified, 1, or
-    no start was found within ``init_trials`` draws)."""
+    no start was found within ``init_trials`` draws). ``chunk``: images per victim forward pass
+    (default :func:`default_chunk` of the model's device); it changes no query."""
     if norm not in ("l2", "linf"):
         raise UserError(f"HopSkipJump norm must be l2 or linf, got {norm!r}")
     budgets = sorted({int(b) for b in budgets})
@@ -164,7 +184,7 @@ def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[i
     index = torch.arange(n) if index is None else index
     gens = _gens(index, seed)
     theta = gamma / (d ** 1.5 if norm == "l2" else d ** 2)
-    o = _Oracle(model, x, y, budgets[-1], budgets)
+    o = _Oracle(model, x, y, budgets[-1], budgets, chunk or default_chunk(_model_device(model)))
     # clean query
     a0, _ = o.ask(torch.arange(n), x)   # misclassified images stop here (distortion 0 recorded by ask)
     todo = (~a0).nonzero().squeeze(1)
@@ -234,7 +254,7 @@ def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[i
 
 
 def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] | None = None,
-                     budgets: Sequence[int] = (100, 1000), n_images: int = 50, norms: Sequence[str] = ("l2", "linf"),
+                     budgets: Sequence[int] = (100, 1000), n_images: int = 20, norms: Sequence[str] = ("l2",),
                      seed: int = 0, device: str = "cpu", cache=None, data_dir=None,
                      model: nn.Module | None = None, data: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                      log: Callable[[str], None] = lambda s: None) -> pd.DataFrame:

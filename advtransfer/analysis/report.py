@@ -39,7 +39,7 @@ class Table:
         """Per column: every non-empty cell looks like a number (right-aligned); the first column never."""
         def num(v: str) -> bool:
             v = str(v).strip()
-            return v == "" or v[0] in "0123456789+<" + MINUS or v.startswith("n/a")
+            return v == "" or v[0] in "0123456789+<∞—" + MINUS or v.startswith("n/a")
         return [i > 0 and all(num(r[i]) for r in self.rows) for i in range(len(self.columns))]
 
 
@@ -529,3 +529,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
                 atomic_write_text(p, table_to_latex(b))
                 tex_paths.append(p)
     return {"md": md_path, "html": html_path, "tex": tex_paths}
+
+
+# Optional sections of other analyses register themselves on import (they import this module's
+# names, so the import comes last).
+from . import report_distortion  # noqa: E402,F401
