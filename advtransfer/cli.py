@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
+from .analysis.cli_golden import add_golden_parser, cmd_golden
 from .errors import UserError
 
 EPILOG = """\
@@ -23,6 +24,7 @@ examples:
   advtransfer attacks                            the attack registry
   advtransfer compare results/cifar10            attacks vs matched baselines (McNemar, Holm)
   advtransfer report results/cifar10             report.md/html and LaTeX tables of a run
+  advtransfer golden results/ci --check          paired check against results/baselines/ci
 
 environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
 default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
     add_compare_parser(sub)
     add_report_parser(sub)
+    add_golden_parser(sub)
     return ap
 
 
@@ -200,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "compare": cmd_compare, "report": cmd_report}[args.cmd](args)
+                "compare": cmd_compare, "report": cmd_report, "golden": cmd_golden}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2
