@@ -26,13 +26,16 @@ def add_golden_parser(sub: argparse._SubParsersAction) -> None:
         description="Golden regression baseline of a run (results/baselines/<grid>/counts.csv and meta.json). "
                     "--check pairs each row with the baseline on the same images: a row moved when the exact "
                     f"McNemar test on the discordant images gives p < {t.alpha:g} or the ASR changed by more than "
-                    f"{t.max_points:g} percentage points. The ci baseline is refreshed with `{REFRESH_COMMAND}`.")
+                    f"{t.max_points:g} percentage points, or its (attack, eps, seed) group shifted one way (exact "
+                    f"stratified test over the group's rows, p < {t.alpha_group:g}). The ci baseline is refreshed with `{REFRESH_COMMAND}`.")
     p.add_argument("run_dir", metavar="RUN")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--update", action="store_true", help="write RUN's counts as the baseline")
     mode.add_argument("--check", action="store_true", help="compare RUN with the baseline")
     p.add_argument("--baseline", metavar="DIR", help="baseline folder (default: results/baselines/<grid name>)")
     p.add_argument("--alpha", type=float, default=t.alpha, help=f"McNemar level per row (default {t.alpha:g})")
+    p.add_argument("--alpha-group", type=float, default=t.alpha_group,
+                   help=f"level of the group-shift test (default {t.alpha_group:g})")
     p.add_argument("--max-points", type=float, default=t.max_points,
                    help=f"largest allowed ASR change in percentage points (default {t.max_points:g})")
 
@@ -48,7 +51,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
         out = write_baseline(args.run_dir, baseline)
         print(f"baseline written: {out}/counts.csv and meta.json ({len(counts_table(args.run_dir))} rows)")
         return 0
-    tol = Tolerance(args.alpha, args.max_points)
+    tol = Tolerance(args.alpha, args.max_points, args.alpha_group)
     base, meta = read_baseline(baseline)
     now = counts_table(args.run_dir)
     moved, within = compare_tables(now, base, tol)

@@ -26,7 +26,11 @@ the attack fools now but not in the baseline and ``c`` = the reverse, a row **mo
 1. the exact two-sided McNemar test on the discordant images rejects at ``alpha`` = 0.01
    (:func:`advtransfer.analysis.stats.mcnemar_exact`), or
 2. the paired ASR change ``(b - c) / n_pairs`` exceeds ``max_points`` = 5 percentage points in
-   absolute value.
+   absolute value, or
+3. its group shifted: over all rows of one (attack_label, eps_str, seed) (every surrogate and
+   victim), the summed discordant counts give p < ``alpha_group`` = 0.001 in the exact
+   stratified test (:func:`advtransfer.analysis.stats.stratified_paired_test`); then each row of
+   the group that moved in the group's direction (b > c for an upward shift) is named.
 
 Identical counts and bits pass without a test. Why this separates float noise from a change:
 on the same kind of machine (same CPU capability, torch version and thread count) the ci run is
@@ -37,7 +41,10 @@ roughly balanced: McNemar needs at least 8 discordant images *all in one directi
 (2·2⁻⁸ = 0.0078 < 0.01) before it fires, and balanced flips never do. A real change (a step size,
 a loss, a projection, the victims' preprocessing) acts on every image the same way, so its flips
 go in one direction (rule 1), or it moves the rate by more than any boundary noise does (rule 2,
-which also catches a large change whose discordance is mixed). The rule is per row and
+which also catches a large change whose discordance is mixed). A small change that acts on every
+row (a step size +10%) moves each row by a point or two, too little for one row's test at ~100
+paired images, but dozens of rows all leaning the same way are no boundary noise (rule 3; the
+rows share images, so its p is optimistic, hence the stricter 0.001). Rules 1-2 are per row and
 deliberately not corrected for the number of rows: a false alarm costs one look at the named
 rows; a missed regression costs a wrong table. If the models' weights themselves differ from
 the baseline's (checksums in the table), the message says so: then the ci zoo trained
@@ -61,12 +68,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .stats import mcnemar_exact
+from .stats import mcnemar_exact, stratified_paired_test
 
 COUNTS_FILE = "counts.csv"
 META_FILE = "meta.json"
 KEY = ("surrogate", "attack_label", "eps_str", "seed", "victim", "replicate")
 COUNTS = ("n", "n_clean_correct", "n_success")
+GROUP = ("attack_label", "eps_str", "seed", "replicate")
 INFO = ("attack", "attack_version", "attack_params", "surrogate_sha", "victim_sha")
 COLUMNS = (*KEY, *COUNTS, "clean_hex", "success_hex", *INFO)
 REFRESH_COMMAND = "make golden-update"
@@ -79,20 +87,24 @@ class Tolerance:
 
     ``alpha``: level of the exact two-sided McNemar test on the discordant images (per row).
     ``max_points``: largest allowed change of the paired ASR, in percentage points (0-100 scale).
+    ``alpha_group``: level of the exact stratified test over the rows of one (attack_label, eps_str, seed).
     """
 
     alpha: float = 0.01
     max_points: float = 5.0
+    alpha_group: float = 0.001
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 1.0:
-            raise UserError(f"tolerance alpha must be in (0, 1), got {self.alpha}")
+        for name in ("alpha", "alpha_group"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise UserError(f"tolerance {name} must be in (0, 1), got {getattr(self, name)}")
         if not self.max_points >= 0.0:
             raise UserError(f"tolerance max_points must be >= 0 percentage points, got {self.max_points}")
 
     def describe(self) -> str:
         return (f"exact McNemar p < {self.alpha:g} on the discordant images, "
-                f"or |ASR change| > {self.max_points:g} points on the paired images")
+                f"or |ASR change| > {self.max_points:g} points on the paired images, "
+                f"or the row's (attack, eps, seed) group shifted with stratified p < {self.alpha_group:g}")
 
 
 @dataclass
@@ -266,6 +278,7 @@ def compare_tables(now: pd.DataFrame, base: pd.DataFrame, tolerance: Tolerance |
     keys = list(KEY)
     m = now.merge(base, on=keys, how="outer", suffixes=("_now", "_base"), indicator=True)
     out: list[Moved] = []
+    differing: list[Moved] = []
     within = 0
     for _, r in m.iterrows():
         key = {k: r[k] for k in keys}
@@ -295,10 +308,22 @@ def compare_tables(now: pd.DataFrame, base: pd.DataFrame, tolerance: Tolerance |
         if abs(diff) > tol.max_points:
             reasons.append(f"|change| > {tol.max_points:g} points")
         weights = (r["surrogate_sha_now"] != r["surrogate_sha_base"]) or (r["victim_sha_now"] != r["victim_sha_base"])
-        if not reasons:
+        differing.append(Moved(key, "moved", before, after, n_pairs, b, c, p, diff, bool(weights), reasons))
+    groups: dict[tuple, list[Moved]] = {}
+    for mv in differing:
+        groups.setdefault(tuple(mv.key[k] for k in GROUP), []).append(mv)
+    for rows in groups.values():
+        _, p_group, _ = stratified_paired_test([(0, mv.now_only, mv.base_only, 0) for mv in rows])
+        up = sum(mv.now_only for mv in rows) > sum(mv.base_only for mv in rows)
+        if p_group < tol.alpha_group:
+            for mv in rows:
+                if (mv.now_only > mv.base_only) if up else (mv.base_only > mv.now_only):
+                    mv.reasons.append(f"group {'up' if up else 'down'}, stratified p = {p_group:.2g}")
+    for mv in differing:
+        if mv.reasons:
+            out.append(mv)
+        else:
             within += 1
-            continue
-        out.append(Moved(key, "moved", before, after, n_pairs, b, c, p, diff, bool(weights), reasons))
     order = {"moved": 0, "new": 1, "missing": 2}
     out.sort(key=lambda mv: (order[mv.status], -abs(mv.diff_points) if mv.status == "moved" else 0.0))
     return out, within
