@@ -123,10 +123,13 @@ def test_planted_step_size_change_is_caught(golden, capsys):
 
 # --- the rule on hand-made changes of the real table (no further runs) ---------------------------
 
-def _flip(table: pd.DataFrame, row: int, up: int, down: int) -> pd.DataFrame:
+def _flip(table: pd.DataFrame, row: int, up: int, down: int, other_weights: bool = True) -> pd.DataFrame:
     """A copy of ``table`` where, in ``row``, ``up`` clean-correct unfooled images become fooled
-    and ``down`` fooled images become unfooled (n_success adjusted)."""
+    and ``down`` fooled images become unfooled (n_success adjusted); ``other_weights``: the row's
+    victim checksum changes too, as when the zoo trained on another kind of machine."""
     t = table.copy()
+    if other_weights:
+        t.loc[row, "victim_sha"] = "0" * 12
     r = t.loc[row]
     n = int(r["n"])
     clean, succ = hex_to_bits(r["clean_hex"], n), hex_to_bits(r["success_hex"], n)
@@ -157,7 +160,12 @@ def test_rule_on_hand_made_changes(golden):
     row = int(room.idxmax())
     assert room[row]
     assert compare_tables(t, t) == ([], 0)
-    # boundary noise: 3 flips up, 2 down -> McNemar p = 1, 0.7 points: within tolerance
+    # with the baseline's weights the run is bit-reproducible: one changed image is a change
+    moved, _ = compare_tables(_flip(t, row, 1, 0, other_weights=False), t)
+    assert len(moved) == 1 and moved[0].reasons == ["1 image(s) changed with the baseline's weights"]
+    moved, _ = compare_tables(_flip(t, row, 1, 1, other_weights=False), t)  # counts equal, bits not
+    assert len(moved) == 1 and moved[0].before == moved[0].after
+    # other weights (another machine kind): the statistical rule. Boundary noise: 3 flips up, 2 down -> McNemar p = 1, 0.7 points: within tolerance
     moved, within = compare_tables(_flip(t, row, 3, 2), t)
     assert moved == [] and within == 1
     # 7 flips all one way: p = 2 * 2**-7 = 0.0156 > 0.01, so only the 5-point cap can fire (7 of fewer
@@ -177,6 +185,14 @@ def test_rule_on_hand_made_changes(golden):
     moved, _ = compare_tables(_flip(t, row, 20, 8), t, Tolerance(alpha=0.01, max_points=5.0))
     assert len(moved) == 1 and moved[0].reasons == ["|change| > 5 points"]
     assert moved[0].p_mcnemar == pytest.approx(0.0357, abs=1e-4)
+    # a shift of a whole (attack, eps) group: 4 up in each of 6 rows (row p = 0.125 each) -> stratified p < 0.001
+    group = t[(t.attack_label == t.loc[row, "attack_label"]) & (t.eps_str == t.loc[row, "eps_str"])
+              & (t.n_clean_correct - t.n_success >= 4)].index[:6]
+    shifted = t
+    for i in group:
+        shifted = _flip(shifted, int(i), 4, 0)
+    moved, _ = compare_tables(shifted, t)
+    assert len(group) == 6 and len(moved) == 6 and all(m.reasons[-1].startswith("group up") for m in moved)
     # rows in only one table
     moved, _ = compare_tables(t.drop(index=row), t)
     assert [m.status for m in moved] == ["missing"]
