@@ -24,10 +24,11 @@ def add_golden_parser(sub: argparse._SubParsersAction) -> None:
         "golden", help="write a run's per-image counts as the golden baseline (--update), or check a run "
                        "against it (--check; exit 1 naming the rows that moved)",
         description="Golden regression baseline of a run (results/baselines/<grid>/counts.csv and meta.json). "
-                    "--check pairs each row with the baseline on the same images: a row moved when the exact "
-                    f"McNemar test on the discordant images gives p < {t.alpha:g} or the ASR changed by more than "
-                    f"{t.max_points:g} percentage points, or its (attack, eps, seed) group shifted one way (exact "
-                    f"stratified test over the group's rows, p < {t.alpha_group:g}). The ci baseline is refreshed with `{REFRESH_COMMAND}`.")
+                    "--check: a row whose models have the baseline's weights must match bit for bit; otherwise it is "
+                    "paired with the baseline on the same images and moved when the exact McNemar test on the "
+                    f"discordant images gives p < {t.alpha:g}, the ASR changed by more than {t.max_points:g} "
+                    "percentage points, or its (attack, eps, seed) group shifted one way (exact stratified test, "
+                    f"p < {t.alpha_group:g}). The ci baseline is refreshed with `{REFRESH_COMMAND}`.")
     p.add_argument("run_dir", metavar="RUN")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--update", action="store_true", help="write RUN's counts as the baseline")
