@@ -3,6 +3,7 @@
 #   make test                                             the whole test suite (what CI runs)
 #   make zoo [SIZE=cpu]   make plot RUN=results/cifar10   make bench
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
+#   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -21,7 +22,7 @@ endif
 
 STAMP := $(VENV)/.installed
 
-.PHONY: install grid test zoo plot bench distortion report clean-results
+.PHONY: install grid test zoo plot bench distortion report clean-results golden-update
 
 install: $(STAMP)
 
@@ -60,5 +61,11 @@ report: $(STAMP)
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
 
-clean-results:
-	rm -rf results/*/
+# The ci grid's golden counts, made by the check's own code path (tests/test_golden.py) at CI's
+# settings (OMP_NUM_THREADS unset; the test pins 2 torch threads); commit results/baselines/ci/.
+golden-update: $(STAMP)
+	env -u OMP_NUM_THREADS ADVTRANSFER_GOLDEN_UPDATE=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/test_golden.py -q
+	@echo "baseline refreshed: review 'git diff results/baselines/ci' and commit it"
+
+clean-results:  # every run folder; the committed baselines stay
+	find results -mindepth 1 -maxdepth 1 -type d ! -name baselines -exec rm -rf {} +

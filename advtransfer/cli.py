@@ -12,6 +12,7 @@ from typing import Sequence
 
 from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
+from .analysis.cli_golden import add_golden_parser, cmd_golden
 from .errors import UserError
 
 EPILOG = """\
@@ -24,6 +25,7 @@ examples:
   advtransfer attacks                            the attack registry
   advtransfer compare results/cifar10            attacks vs matched baselines (McNemar, Holm)
   advtransfer report results/cifar10             report.md/html and LaTeX tables of a run
+  advtransfer golden results/ci --check          paired check against results/baselines/ci
 
 environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
 default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_report_parser(sub)
     add_distortion_parser(sub)
+    add_golden_parser(sub)
     return ap
 
 
@@ -208,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion}[args.cmd](args)
+                "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
+                "golden": cmd_golden}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,206 @@
+"""Golden regression check: the ci grid, run end to end through the CLI on real CIFAR-10 with
+ci-size models trained into the test cache, must reproduce the committed per-image counts in
+results/baselines/ci/; a planted change (I-FGSM's step size +10%) must be caught and named.
+
+Refreshing the baseline (when a change of the numbers is intended): ``make golden-update``, which
+runs this module with ADVTRANSFER_GOLDEN_UPDATE=1 so the baseline is made exactly the way the
+check reruns it (same code path, same torch thread count). The thread count is pinned to the
+baseline's (2, what CI uses): training with 1 and 2 threads gives different weights.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from advtransfer.analysis.golden import (COUNTS_FILE, META_FILE, REFRESH_COMMAND, Tolerance, bits_to_hex,
+                                         check_against_baseline, compare_tables, counts_table, failure_message,
+                                         hex_to_bits, read_baseline, write_baseline)
+from advtransfer.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = REPO / "results" / "baselines" / "ci"
+UPDATE = os.environ.get("ADVTRANSFER_GOLDEN_UPDATE") == "1"
+CI_THREADS = 2  # torch threads of CI (OMP_NUM_THREADS unset, tests/conftest.py: 2)
+
+
+def _threads() -> int:
+    meta = BASELINE / META_FILE
+    if UPDATE or not meta.is_file():
+        return CI_THREADS
+    return int(json.loads(meta.read_text())["threads"])
+
+
+def _grid(args: list[str], threads: int) -> None:
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert main(args) == 0
+    finally:
+        torch.set_num_threads(old)
+
+
+def _session_cache_fits(cache: Path, threads: int) -> bool:
+    """Whether the ci models already in the session cache can serve the golden run: this process
+    runs at the baseline's thread count and no cached model differs from the baseline's weights
+    (the CLI tests train in subprocesses at torch's default thread count, the machine's cores)."""
+    if UPDATE or torch.get_num_threads() != threads or not (BASELINE / META_FILE).is_file():
+        return False
+    shas = json.loads((BASELINE / META_FILE).read_text()).get("zoo_sha256", {})
+    for name, sha in shas.items():
+        card = cache / "zoo" / "ci" / f"{name}.json"
+        if card.is_file() and json.loads(card.read_text()).get("sha256") != sha:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory, cache_dir):
+    """One run of grids/ci.yaml at the baseline's thread count, with models trained at that count:
+    from the session cache when they fit, else trained into a cache of this module's own."""
+    threads = _threads()
+    tmp = tmp_path_factory.mktemp("golden")
+    cache = cache_dir if _session_cache_fits(Path(cache_dir), threads) else tmp / "cache"
+    run = tmp / "ci"
+    _grid(["grid", "ci", "--out", str(run), "--no-progress", "--no-plot", "--cache-dir", str(cache)], threads)
+    return {"run": run, "cache": cache, "threads": threads, "tmp": tmp, "table": counts_table(run)}
+
+
+def test_ci_run_matches_committed_baseline(golden):
+    if UPDATE:
+        write_baseline(golden["run"], BASELINE, threads=golden["threads"])
+    base, meta = read_baseline(BASELINE)
+    assert meta["threads"] == golden["threads"]
+    moved, within = compare_tables(golden["table"], base)
+    assert not moved, failure_message(moved, golden["run"], BASELINE, meta=meta, n_rows=len(golden["table"]))
+    # every row of the grid is in the baseline: 3 surrogates x 2 attacks x 2 eps x 1 seed x 6 victims
+    assert len(base) == 72 and base["n"].eq(200).all()
+
+
+def _write_planted_grid(path: Path) -> Path:
+    grid = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
+    # I-FGSM's default step is alpha = eps / steps (0.1 eps at 10 steps); +10% makes it 0.11 eps
+    grid["attacks"] = {"ifgsm": {"alpha_over_eps": 0.11}}
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def test_planted_step_size_change_is_caught(golden, capsys):
+    base_dir = golden["tmp"] / "baseline"
+    write_baseline(golden["run"], base_dir, threads=golden["threads"])
+    # the baseline round-trips: the run matches its own baseline exactly, through the CLI too
+    assert check_against_baseline(golden["run"], base_dir) == []
+    assert main(["golden", str(golden["run"]), "--check", "--baseline", str(base_dir)]) == 0
+    assert "golden check passed: 72 rows" in capsys.readouterr().out
+
+    planted = golden["tmp"] / "planted"
+    grid = _write_planted_grid(golden["tmp"] / "planted.yaml")
+    _grid(["grid", str(grid), "--out", str(planted), "--no-progress", "--no-plot", "--cache-dir",
+           str(golden["cache"])], golden["threads"])
+    capsys.readouterr()
+    moved = check_against_baseline(planted, base_dir)
+    by = {s: [m for m in moved if m.status == s] for s in ("moved", "new", "missing")}
+    # the planted run has only ifgsm: every mifgsm row of the baseline is reported missing
+    assert len(by["missing"]) == 36 and {m.key["attack_label"] for m in by["missing"]} == {"mifgsm"}
+    assert by["new"] == []
+    # the step-size change moves ifgsm rows, and only those; each is named with its counts
+    assert by["moved"] and {m.key["attack_label"] for m in by["moved"]} == {"ifgsm"}
+    for m in by["moved"]:
+        assert m.reasons  # which rule fired (row McNemar, the 5-point cap, or the group shift)
+        assert m.before[:2] == m.after[:2]  # same images, same victims: only the successes moved
+    assert main(["golden", str(planted), "--check", "--baseline", str(base_dir)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("golden check failed")
+    for m in by["moved"]:
+        assert m.label() in out and f"{m.before[2]}/{m.before[1]} fooled" in out and f"{m.after[2]}/{m.after[1]}" in out
+    assert REFRESH_COMMAND in out and "missing row" in out
+
+
+# --- the rule on hand-made changes of the real table (no further runs) ---------------------------
+
+def _flip(table: pd.DataFrame, row: int, up: int, down: int, other_weights: bool = True) -> pd.DataFrame:
+    """A copy of ``table`` where, in ``row``, ``up`` clean-correct unfooled images become fooled
+    and ``down`` fooled images become unfooled (n_success adjusted); ``other_weights``: the row's
+    victim checksum changes too, as when the zoo trained on another kind of machine."""
+    t = table.copy()
+    if other_weights:
+        t.loc[row, "victim_sha"] = "0" * 12
+    r = t.loc[row]
+    n = int(r["n"])
+    clean, succ = hex_to_bits(r["clean_hex"], n), hex_to_bits(r["success_hex"], n)
+    ups = [i for i in range(n) if clean[i] and not succ[i]][:up]
+    downs = [i for i in range(n) if succ[i]][:down]
+    assert len(ups) == up and len(downs) == down
+    succ[ups] = True
+    succ[downs] = False
+    t.loc[row, "success_hex"] = bits_to_hex(torch.arange(n).numpy(), succ)
+    t.loc[row, "n_success"] = int(succ.sum())
+    return t
+
+
+def test_bits_round_trip():
+    import numpy as np
+
+    idx = np.arange(10)
+    bits = np.array([1, 0, 0, 1, 0, 0, 0, 0, 0, 1], dtype=bool)
+    assert bits_to_hex(idx, bits) == format(1 + 8 + 512, "x") == "209"
+    assert hex_to_bits("209", 10).tolist() == bits.tolist()
+    assert bits_to_hex(idx, np.zeros(10, bool)) == "0"
+
+
+def test_rule_on_hand_made_changes(golden):
+    t = golden["table"]
+    # a row with room both ways (>= 10 fooled and >= 20 clean-correct unfooled images)
+    room = (t["n_success"] >= 10) & (t["n_clean_correct"] - t["n_success"] >= 20)
+    row = int(room.idxmax())
+    assert room[row]
+    assert compare_tables(t, t) == ([], 0)
+    # with the baseline's weights the run is bit-reproducible: one changed image is a change
+    moved, _ = compare_tables(_flip(t, row, 1, 0, other_weights=False), t)
+    assert len(moved) == 1 and moved[0].reasons == ["1 image(s) changed with the baseline's weights"]
+    moved, _ = compare_tables(_flip(t, row, 1, 1, other_weights=False), t)  # counts equal, bits not
+    assert len(moved) == 1 and moved[0].before == moved[0].after
+    # other weights (another machine kind): the statistical rule. Boundary noise: 3 flips up, 2 down -> McNemar p = 1, 0.7 points: within tolerance
+    moved, within = compare_tables(_flip(t, row, 3, 2), t)
+    assert moved == [] and within == 1
+    # 7 flips all one way: p = 2 * 2**-7 = 0.0156 > 0.01, so only the 5-point cap can fire (7 of fewer
+    # than 140 paired images); the check must agree with that hand computation
+    n_pairs = int(t.loc[row, "n_clean_correct"])
+    moved, _ = compare_tables(_flip(t, row, 7, 0), t)
+    assert bool(moved) == (100 * 7 / n_pairs > 5)
+    # 8 flips one way: p = 2 * 2**-8 = 0.0078 < 0.01 -> moved, with the counts before and after
+    moved, _ = compare_tables(_flip(t, row, 8, 0), t)
+    assert len(moved) == 1 and moved[0].status == "moved"
+    m = moved[0]
+    assert (m.now_only, m.base_only, m.n_pairs) == (8, 0, n_pairs)
+    assert m.p_mcnemar == pytest.approx(2 * 0.5 ** 8)
+    assert m.before[2] + 8 == m.after[2] and m.diff_points == pytest.approx(800 / n_pairs)
+    # a mixed change of more than 5 points: 20 up, 8 down (p = 0.036 > 0.01; 12 of <= 200 images > 5 points)
+    # is caught by the cap alone
+    moved, _ = compare_tables(_flip(t, row, 20, 8), t, Tolerance(alpha=0.01, max_points=5.0))
+    assert len(moved) == 1 and moved[0].reasons == ["|change| > 5 points"]
+    assert moved[0].p_mcnemar == pytest.approx(0.0357, abs=1e-4)
+    # a shift of a whole (attack, eps) group: 4 up in each of 6 rows (row p = 0.125 each) -> stratified p < 0.001
+    group = t[(t.attack_label == t.loc[row, "attack_label"]) & (t.eps_str == t.loc[row, "eps_str"])
+              & (t.n_clean_correct - t.n_success >= 4)].index[:6]
+    shifted = t
+    for i in group:
+        shifted = _flip(shifted, int(i), 4, 0)
+    moved, _ = compare_tables(shifted, t)
+    assert len(group) == 6 and len(moved) == 6 and all(m.reasons[-1].startswith("group up") for m in moved)
+    # rows in only one table
+    moved, _ = compare_tables(t.drop(index=row), t)
+    assert [m.status for m in moved] == ["missing"]
+    moved, _ = compare_tables(t, t.drop(index=row))
+    assert [m.status for m in moved] == ["new"]
+
+
+def test_bad_baseline_folder_is_one_line_error(golden, tmp_path, capsys):
+    assert main(["golden", str(golden["run"]), "--check", "--baseline", str(tmp_path / "none")]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 1 and err[0].startswith("advtransfer: error:") and COUNTS_FILE in err[0]
