@@ -45,12 +45,13 @@ def _grid(args: list[str], threads: int) -> None:
         torch.set_num_threads(old)
 
 
-def _session_cache_fits(cache: Path, threads: int) -> bool:
-    """Whether the ci models already in the session cache can serve the golden run: this process
-    runs at the baseline's thread count and no cached model differs from the baseline's weights
-    (the CLI tests train in subprocesses at torch's default thread count, the machine's cores)."""
-    if UPDATE or torch.get_num_threads() != threads or not (BASELINE / META_FILE).is_file():
-        return False
+def _session_cache_fits(cache: Path) -> bool:
+    """Whether the ci models in the session cache can serve the golden run. Training pins its
+    thread count (part of the recipe hash), so every test trains the same weights on a machine of
+    the same kind; a model whose checksum differs from the baseline's (another CPU kind) sends the
+    run to a cache of its own, where the statistical rule then applies."""
+    if UPDATE or not (BASELINE / META_FILE).is_file():
+        return True
     shas = json.loads((BASELINE / META_FILE).read_text()).get("zoo_sha256", {})
     for name, sha in shas.items():
         card = cache / "zoo" / "ci" / f"{name}.json"
@@ -65,7 +66,7 @@ def golden(tmp_path_factory, cache_dir):
     from the session cache when they fit, else trained into a cache of this module's own."""
     threads = _threads()
     tmp = tmp_path_factory.mktemp("golden")
-    cache = cache_dir if _session_cache_fits(Path(cache_dir), threads) else tmp / "cache"
+    cache = cache_dir if _session_cache_fits(Path(cache_dir)) else tmp / "cache"
     run = tmp / "ci"
     _grid(["grid", "ci", "--out", str(run), "--no-progress", "--no-plot", "--cache-dir", str(cache)], threads)
     return {"run": run, "cache": cache, "threads": threads, "tmp": tmp, "table": counts_table(run)}
