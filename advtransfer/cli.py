@@ -26,6 +26,7 @@ examples:
   advtransfer compare results/cifar10            attacks vs matched baselines (McNemar, Holm)
   advtransfer report results/cifar10             report.md/html and LaTeX tables of a run
   advtransfer golden results/ci --check          paired check against results/baselines/ci
+  advtransfer distortion results/cifar10         minimal distortion, HopSkipJump, union, FiT, SAT
 
 environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
 default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
