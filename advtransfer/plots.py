@@ -18,6 +18,22 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
 
 
+def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = ("png", "pdf"), dpi: int = 150) -> list[Path]:
+    """Save a matplotlib figure as ``out_dir/<slug(stem)>.<fmt>`` for each format, close it, and
+    return the paths (the one way every figure of the harness is written)."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{_slug(stem)}.{fmt}"
+        fig.savefig(path, dpi=dpi)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
 def transfer_matrix(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
     """ASR matrix (percent, surrogates × victims), white-box mask and (victim, family) order."""
     fam = df.groupby("victim")["victim_family"].first()
@@ -81,12 +97,8 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
         cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
         cb.set_label("ASR (%)", fontsize=8)
         fig.tight_layout()
-        stem = _slug(f"transfer_{label}_{norm}_eps{eps_str.replace('/', '-')}{'_targeted' if targeted else ''}")
-        for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
-            fig.savefig(path, dpi=150)
-            written.append(path)
-        plt.close(fig)
+        written += save_figure(fig, out_dir, f"transfer_{label}_{norm}_eps{eps_str.replace('/', '-')}"
+                                             f"{'_targeted' if targeted else ''}", formats)
     written += plot_uaps(run_dir, df)
     return written
 

@@ -4,7 +4,6 @@ is evaluated on the cached examples without re-crafting."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 
 from advtransfer.analysis.blackbox import hsja
 from advtransfer.errors import UserError
-
-
-class Linear2(nn.Module):
-    def __init__(self, w: torch.Tensor, b: float) -> None:
-        super().__init__()
-        self.w, self.b, self.seen = w, b, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen += len(x)
-        f = x.flatten(1).double() @ self.w.double() + self.b
-        return torch.stack([torch.zeros_like(f), f], 1)
+from linear_model import Linear2
 
 
 def _linear(n: int = 4, seed: int = 0):

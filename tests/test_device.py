@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
 
-GRADIENT_ATTACKS = [n for n in ATTACKS.names() if not getattr(ATTACKS.get(n), "universal", False)]
+GRADIENT_ATTACKS = ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")  # per-image kinds
 
 
 def _net() -> nn.Module:

@@ -7,25 +7,11 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 from advtransfer.analysis.distortion import (curve_auc, linf_grid, min_scale_search, success_curve,
                                              summarize)
 from advtransfer.errors import UserError
-
-
-class Linear2(nn.Module):
-    """Two-class linear classifier on flattened 3×4×4 images: logits (0, w·x + b); class 1 iff
-    w·x + b > 0. Counts every image it is shown (the harness's queries)."""
-
-    def __init__(self, w: torch.Tensor, b: float) -> None:
-        super().__init__()
-        self.w, self.b, self.seen = w, b, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen += len(x)
-        f = x.flatten(1).double() @ self.w.double() + self.b
-        return torch.stack([torch.zeros_like(f), f], 1)
+from linear_model import Linear2
 
 
 def _setup(t_star: list[float], seed: int = 0):

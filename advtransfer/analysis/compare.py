@@ -19,7 +19,6 @@ and forest plots ``OUT/figures/forest_<stem>_<eps>.png/.pdf``.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Iterable
 
@@ -39,9 +38,6 @@ COLUMNS = ["a_label", "b_label", "a_cell_id", "b_cell_id", "surrogate", "victim"
            "diff", "diff_ci_low", "diff_ci_high", "p_mcnemar", "p_holm", "verdict", "method", "n_strata",
            "diff_rep_min", "diff_rep_max", "diff_rep_sd", "a_grad_evals", "b_grad_evals", "a_run", "b_run"]
 
-
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
 
 
 def read_results(run_dir: str | Path) -> pd.DataFrame:
@@ -297,6 +293,8 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import save_figure
+
     out = Path(out_dir) / "figures"
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -349,10 +347,6 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
         ax.legend(loc="upper left", fontsize=7, frameon=False, bbox_to_anchor=(1.0, -0.6 / fig_h), ncol=1)
         ax.grid(axis="x", color="0.9", lw=0.6, zorder=0)
         fig.tight_layout()
-        name = _slug(f"forest_{stem}_{norm}_eps{str(eps_str).replace('/', '-')}{'_targeted' if targeted else ''}")
-        for fmt in formats:
-            path = out / f"{name}.{fmt}"
-            fig.savefig(path, dpi=150)
-            written.append(path)
-        plt.close(fig)
+        written += save_figure(fig, out, f"forest_{stem}_{norm}_eps{str(eps_str).replace('/', '-')}"
+                                         f"{'_targeted' if targeted else ''}", formats)
     return written

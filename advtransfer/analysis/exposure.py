@@ -21,7 +21,6 @@ Where the run holds cells of the same (surrogate, attack) at several ε, the cra
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +101,6 @@ def asr_eps_curve(min_linf: np.ndarray, clean_correct: np.ndarray, eps_grid: np.
     return success_curve(np.asarray(min_linf, dtype=float)[cc], np.asarray(eps_grid, dtype=float) + 1e-6)
 
 
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
-
 
 def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tuple[str, ...] = ("png", "pdf")
                     ) -> list[Path]:
@@ -117,6 +113,8 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
     from matplotlib.lines import Line2D
 
     res, _ = run_context(run_dir)
@@ -157,12 +155,7 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
         n = int(res["n"].iloc[0])
         ax.set_title(f"ASR vs ε · surrogate {sur} · {lab} (n={n})", fontsize=9)
         fig.tight_layout()
-        stem = _slug(f"asr_eps_{sur}_{lab}")
-        for fmt in formats:
-            p = out_dir / f"{stem}.{fmt}"
-            fig.savefig(p, dpi=150)
-            written.append(p)
-        plt.close(fig)
+        written += save_figure(fig, out_dir, f"asr_eps_{sur}_{lab}", formats)
     return written
 
 

@@ -13,117 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Union
 
 import pandas as pd
 
 from ..errors import UserError
 
 
-# --- document model ------------------------------------------------------------------------------
-@dataclass
-class Table:
-    """A table of already formatted strings; ``tex`` names its LaTeX file (no extension)."""
-
-    columns: list[str]
-    rows: list[list[str]]
-    caption: str = ""
-    tex: str | None = None
-
-    @property
-    def numeric(self) -> list[bool]:
-        """Per column: every non-empty cell looks like a number (right-aligned); the first column never."""
-        def num(v: str) -> bool:
-            v = str(v).strip()
-            return v == "" or v[0] in "0123456789+<∞—" + MINUS or v.startswith("n/a")
-        return [i > 0 and all(num(r[i]) for r in self.rows) for i in range(len(self.columns))]
-
-
-@dataclass
-class Figure:
-    """An image, ``src`` relative to the report folder."""
-
-    src: str
-    caption: str = ""
-
-
-@dataclass
-class Raw:
-    """Ready-made content for the two formats."""
-
-    markdown: str
-    html: str
-
-
-Block = Union[str, Table, Figure, Raw]
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[Block] = field(default_factory=list)
-    anchor: str = ""
-
-
-@dataclass
-class ReportContext:
-    """What a section function may read: the run's tables (rates in [0, 1]) and folders."""
-
-    run_dir: Path
-    out_dir: Path
-    results: pd.DataFrame
-    manifest: dict
-    comparisons: pd.DataFrame | None
-    comparisons_note: str = ""
-
-    def rel(self, path: Path) -> str:
-        """``path`` relative to the report folder, with forward slashes (for md and html)."""
-        return Path(os.path.relpath(Path(path).resolve(), self.out_dir.resolve())).as_posix()
-
-
-SectionFn = Callable[[ReportContext], Union[Section, None]]
-
-# ==== HOOK POINT: optional sections (e.g. "distortion") ============================================
-# Another module appends a SectionFn here, or uses @register_section; they run after the core
-# sections, in order. Keep each function pure: read ctx, return a Section (or None to skip).
-OPTIONAL_SECTIONS: list[SectionFn] = []
-
-
-def register_section(fn: SectionFn) -> SectionFn:
-    """Decorator: add ``fn`` to :data:`OPTIONAL_SECTIONS` (once) and return it unchanged."""
-    if fn not in OPTIONAL_SECTIONS:
-        OPTIONAL_SECTIONS.append(fn)
-    return fn
-# ===================================================================================================
-
-
-# --- formatting -------------------------------------------------------------------------------------
-MINUS = "\u2212"
-
-
-def _signed(v: float, digits: int = 1) -> str:
-    """``+1.2`` / ``−1.9`` (typographic minus); ``n/a`` for NaN."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    s = f"{v:+.{digits}f}"
-    return s.replace("-", MINUS)
-
-
-def _pct(v: float, digits: int = 1) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f}"
-
-
-def format_p(p: float) -> str:
-    """Two significant digits, ``< 0.001`` below that."""
-    if p is None or math.isnan(p):
-        return "n/a"
-    if p < 0.001:
-        return "< 0.001"
-    return f"{p:.2g}" if p < 0.995 else "1"
+from .report_base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
+                          _html_escape, _pct, _signed, _tex_name, format_p, register_section)
 
 
 VERDICT_TEXT = {"a_better": "{a} significantly stronger (Holm p < 0.05)",
@@ -330,20 +229,8 @@ CORE_SECTIONS: list[SectionFn] = [section_configuration, section_models, section
 
 
 # --- rendering ----------------------------------------------------------------------------------------
-def _html_escape(s: str) -> str:
-    from markupsafe import escape
-
-    return str(escape(s))
-
-
 def _md_cell(s: str) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
-
-
-def _tex_name(s: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s.replace("/", "-")).strip("-")
 
 
 _TEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -531,6 +418,5 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     return {"md": md_path, "html": html_path, "tex": tex_paths}
 
 
-# Optional sections of other analyses register themselves on import (they import this module's
-# names, so the import comes last).
+# Optional sections of other analyses register themselves on import (from report_base).
 from . import report_distortion  # noqa: E402,F401

@@ -1,6 +1,6 @@
 """Report sections for the outputs of ``advtransfer distortion`` (issue #10, "distortion at the centre").
 
-Registered with :func:`advtransfer.analysis.report.register_section` when this module is imported
+Registered with :func:`advtransfer.analysis.report_base.register_section` when this module is imported
 (``report.py`` imports it at its end). Each section reads one output of the distortion command
 from the run folder and returns ``None`` when that file is absent, so a run without
 ``advtransfer distortion`` gets the core report only:
@@ -21,12 +21,12 @@ Distances are per image, pixels in [0, 1]; L∞ is shown ×255 (so 8 reads 8/255
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .report import Block, Figure, ReportContext, Section, Table, _pct, _tex_name, register_section
+from .report_base import (Block, Figure, Raw, ReportContext, Section, Table, _html_escape, _pct, _signed, _tex_name,
+                          register_section)
 
 INF = "∞"
 LINF_TOL = 1e-6    # float32 rounding of x_adv − x; far below the search's 1/2040 resolution
@@ -160,7 +160,6 @@ def asr_eps_sentences(ctx: ReportContext) -> dict[tuple[str, str], str]:
 
 
 def _signed_pts(v: float) -> str:
-    from .report import _signed
 
     return _signed(100 * v)
 
@@ -260,8 +259,6 @@ def section_blackbox(ctx: ReportContext) -> Section | None:
         blocks.append("How much more distortion transfer needs than the black-box attack, per victim (ratio of "
                       "medians of minimal L2; the best source is the surrogate × attack × ε with the smallest "
                       "median on those images; white-box cells left out):")
-        from .report import Raw, _html_escape
-
         blocks.append(Raw("\n".join(f"- {t}" for t in sent),
                           "<ul>\n" + "\n".join(f"<li>{_html_escape(t)}</li>" for t in sent) + "\n</ul>"))
     return Section("Black-box yardstick (HopSkipJump)", blocks, "blackbox")
