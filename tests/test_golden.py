@@ -205,3 +205,10 @@ def test_bad_baseline_folder_is_one_line_error(golden, tmp_path, capsys):
     assert main(["golden", str(golden["run"]), "--check", "--baseline", str(tmp_path / "none")]) == 2
     err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
     assert len(err) == 1 and err[0].startswith("advtransfer: error:") and COUNTS_FILE in err[0]
+
+
+def test_default_baseline_is_the_committed_one(golden):
+    """Without --baseline the CLI checks against results/baselines/<grid> of the checkout."""
+    from advtransfer.analysis.cli_golden import default_baseline
+
+    assert default_baseline(golden["run"]) == BASELINE

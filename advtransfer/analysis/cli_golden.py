@@ -8,12 +8,13 @@ from ..errors import UserError
 
 
 def default_baseline(run_dir: str | Path) -> Path:
-    """``results/baselines/<grid name>`` in the repository, the grid name from the run's manifest."""
-    from ..runner import REPO_ROOT
+    """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
+    grid name from the run's manifest."""
+    from ..resources import results_dir
     from ..store import RunStore
 
     name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"
-    return REPO_ROOT / "results" / "baselines" / str(name)
+    return results_dir() / "baselines" / str(name)
 
 
 def add_golden_parser(sub: argparse._SubParsersAction) -> None:
