@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import subprocess
+import sys
+
+import pandas as pd
 import pytest
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,6 +70,39 @@ def trained(cache_dir):
         return loaded[name]
 
     return get
+
+
+def cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "advtransfer", *args], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or "2"},
+                          timeout=1200, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def write_grid(path: Path, **changes) -> Path:
+    grid = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
+    grid.update(changes)
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory, cache_dir):
+    """Run a reduced copy of the ci grid, then the real grids/ci.yaml (one more victim) into the same
+    folder, through the CLI in subprocesses (2 torch threads unless OMP_NUM_THREADS says otherwise).
+    Shared by the CLI tests and the golden regression check (once per session)."""
+    tmp = tmp_path_factory.mktemp("ci-run")
+    run = tmp / "run"
+    full = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
+    reduced = write_grid(tmp / "reduced.yaml", victims=[v for v in full["victims"] if v != "mobilenet_b"])
+    first = cli("grid", str(reduced), "--out", str(run), "--no-progress")
+    adv_mtimes = {p.name: p.stat().st_mtime_ns for p in (run / "adv").glob("*.safetensors")}
+    rows_first = len(pd.read_parquet(run / "results.parquet"))
+    second = cli("grid", "ci", "--out", str(run), "--no-progress")
+    return {"run": run, "full": full, "first": first, "second": second, "adv_mtimes": adv_mtimes,
+            "rows_first": rows_first}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -61,14 +61,19 @@ def _session_cache_fits(cache: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def golden(tmp_path_factory, cache_dir):
-    """One run of grids/ci.yaml at the baseline's thread count, with models trained at that count:
-    from the session cache when they fit, else trained into a cache of this module's own."""
+def golden(tmp_path_factory, cache_dir, ci_run):
+    """The session's run of grids/ci.yaml (tests/conftest.py: the CLI at 2 torch threads, models
+    trained with their pinned thread count into the session cache) when it matches the baseline's
+    thread count and weights; else one run of this module's own at the baseline's thread count."""
     threads = _threads()
     tmp = tmp_path_factory.mktemp("golden")
-    cache = cache_dir if _session_cache_fits(Path(cache_dir)) else tmp / "cache"
-    run = tmp / "ci"
-    _grid(["grid", "ci", "--out", str(run), "--no-progress", "--no-plot", "--cache-dir", str(cache)], threads)
+    fits = _session_cache_fits(Path(cache_dir))
+    cache = cache_dir if fits else tmp / "cache"
+    if fits and threads == int(os.environ.get("OMP_NUM_THREADS") or 2):
+        run = ci_run["run"]
+    else:
+        run = tmp / "ci"
+        _grid(["grid", "ci", "--out", str(run), "--no-progress", "--no-plot", "--cache-dir", str(cache)], threads)
     return {"run": run, "cache": cache, "threads": threads, "tmp": tmp, "table": counts_table(run)}
 
 
