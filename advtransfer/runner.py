@@ -145,6 +145,7 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     """Run every cell of ``spec``; returns the run folder. See the module docstring."""
     run_dir = Path(out) if out else default_run_dir(spec)
     store = RunStore(run_dir)
+    store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
     zoo.ensure_trained(spec.model_names(), spec.size, cache, data_dir, device, progress, log)
     cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
     shas = {m: c["sha256"] for m, c in cards.items()}

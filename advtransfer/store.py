@@ -73,9 +73,19 @@ class RunStore:
         with atomic_path(path) as tmp:
             df.to_parquet(tmp, index=False)
 
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Delete the temporary files (``.<name>.<random>.<ext>``) a killed writer left behind;
+        returns them. Called when a run starts: a file is only ever complete under its own name."""
+        stale = [f for d in (self.root, self.root / "adv", self.root / "shards", self.root / "samples") if d.is_dir()
+                 for f in d.iterdir() if f.is_file() and f.name.startswith(".")]
+        for f in stale:
+            f.unlink(missing_ok=True)
+        return stale
+
     def merge(self) -> pd.DataFrame:
-        """Concatenate every shard into results.parquet and results.csv (atomically)."""
-        shards = sorted((self.root / "shards").glob("*.parquet"))
+        """Concatenate every shard into results.parquet and results.csv (atomically). Only complete
+        shards count (``<cell_id>.parquet``; a writer's temporary files start with a dot)."""
+        shards = sorted(f for f in (self.root / "shards").glob("*.parquet") if not f.name.startswith("."))
         if not shards:
             return pd.DataFrame()
         df = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
