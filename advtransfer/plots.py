@@ -18,9 +18,11 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
 
 
-def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = ("png", "pdf"), dpi: int = 150) -> list[Path]:
+def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = ("png", "pdf"), dpi: int = 150,
+                tight: bool = False) -> list[Path]:
     """Save a matplotlib figure as ``out_dir/<slug(stem)>.<fmt>`` for each format, close it, and
-    return the paths (the one way every figure of the harness is written)."""
+    return the paths (the one way every figure of the harness is written). ``tight``: crop to
+    every artist, labels and legends outside the axes included."""
     import matplotlib.pyplot as plt
 
     out_dir = Path(out_dir)
@@ -28,7 +30,7 @@ def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = 
     paths = []
     for fmt in formats:
         path = out_dir / f"{_slug(stem)}.{fmt}"
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None)
         paths.append(path)
     plt.close(fig)
     return paths

@@ -348,5 +348,5 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
         ax.grid(axis="x", color="0.9", lw=0.6, zorder=0)
         fig.tight_layout()
         written += save_figure(fig, out, f"forest_{stem}_{norm}_eps{str(eps_str).replace('/', '-')}"
-                                         f"{'_targeted' if targeted else ''}", formats)
+                                         f"{'_targeted' if targeted else ''}", formats, tight=True)
     return written
