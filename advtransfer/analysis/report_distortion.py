@@ -169,7 +169,7 @@ def section_asr_eps(ctx: ReportContext) -> Section | None:
     figs = sorted((ctx.run_dir / "figures").glob("asr_eps_*.png"))
     if not figs:
         return None
-    from .exposure import _slug
+    from ..plots import _slug
 
     blocks: list[Block] = [
         "ASR against L∞ ε without new crafting: the line is the share of clean-correct images whose minimal "
