@@ -100,6 +100,8 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
     from scipy.cluster.hierarchy import dendrogram, linkage
     from scipy.spatial.distance import squareform
 
@@ -135,11 +137,7 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
     cb.set_label("SAT = log(two-way transfer %)", fontsize=8)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    for fmt in formats:
-        p = out_dir / f"sat_similarity.{fmt}"
-        fig.savefig(p, dpi=150)
-        written.append(p)
-    plt.close(fig)
+    written += save_figure(fig, out_dir, "sat_similarity", formats)
     if k >= 2:
         dist = (SAT_MAX - m).to_numpy(float)
         dist = np.where(np.isfinite(dist), dist, SAT_MAX - math.log(EPS_S))   # missing pair: most distant
@@ -152,11 +150,7 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
         ax.set_title(f"clustering · {title}", fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
         fig.tight_layout()
-        for fmt in formats:
-            p = out_dir / f"sat_dendrogram.{fmt}"
-            fig.savefig(p, dpi=150)
-            written.append(p)
-        plt.close(fig)
+        written += save_figure(fig, out_dir, "sat_dendrogram", formats)
     return written
 
 
