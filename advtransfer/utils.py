@@ -119,3 +119,14 @@ def versions() -> dict[str, str]:
     except ImportError:
         pass
     return out
+
+
+def write_table(df, out_dir: str | os.PathLike, stem: str) -> list[Path]:
+    """Write ``df`` as ``out_dir/<stem>.parquet`` (types kept) and ``.csv`` (diffable), each
+    atomically; returns the two paths."""
+    paths = [Path(out_dir) / f"{stem}.parquet", Path(out_dir) / f"{stem}.csv"]
+    with atomic_path(paths[0]) as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(paths[1]) as tmp:
+        df.to_csv(tmp, index=False)
+    return paths

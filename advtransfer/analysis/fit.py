@@ -48,7 +48,7 @@ import torch
 
 from ..errors import UserError
 from ..metrics import predict_batched
-from ..utils import atomic_path
+from ..utils import write_table
 from .exposure import _joined
 
 
@@ -183,10 +183,7 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
     if len(out):
         out["regret_asr"] = out["best_asr"] - out["fit_asr"]
     if write:
-        with atomic_path(Path(run_dir) / "fit.parquet") as tmp:
-            out.to_parquet(tmp, index=False)
-        with atomic_path(Path(run_dir) / "fit.csv") as tmp:
-            out.to_csv(tmp, index=False)
+        write_table(out, run_dir, "fit")
     return out
 
 

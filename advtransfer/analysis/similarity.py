@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..utils import atomic_path
+from ..utils import write_table
 from .exposure import _joined
 
 EPS_S = 0.1
@@ -73,10 +73,7 @@ def sat_tables(run_dir: str | Path, eps_s: float = EPS_S, write: bool = True) ->
                              "n_pairs": n, "transfer_pct": math.exp(sat) if n else float("nan")})
     out = pd.DataFrame(rows, columns=["attack_label", "eps", "model_a", "model_b", "sat", "n_pairs", "transfer_pct"])
     if write:
-        with atomic_path(Path(run_dir) / "similarity.parquet") as tmp:
-            out.to_parquet(tmp, index=False)
-        with atomic_path(Path(run_dir) / "similarity.csv") as tmp:
-            out.to_csv(tmp, index=False)
+        write_table(out, run_dir, "similarity")
     return out
 
 
