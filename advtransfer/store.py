@@ -6,24 +6,55 @@ RUN_DIR/
   samples/<cell_id>.parquet      per-image results (victim, index, success, l2)
   results.parquet, results.csv   all shards merged
   manifest.json                  resolved grid, versions, git sha, zoo cards
+  run.lock, lock.json            held by the run writing the folder (see advtransfer.lock)
+  run.log                        what each run printed, with timestamps
 Every write goes to a temporary file and is renamed into place, so a killed run leaves either
 the old file or the new one, never half of one; rows are keyed by (cell_id, victim) and never doubled.
+
+Integrity: adversarial examples, shards and per-image tables carry a ``<file>.sha256`` written
+before the file is renamed into place. A file that disagrees with its checksum (bit rot, a
+truncated copy, a write cut short) is reported in one line, deleted and rebuilt by the runner
+(re-crafted, or its victims re-evaluated), never used; the analyses refuse it with one line.
+A file without a checksum (written by a version before checksums) is used if it parses.
 """
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import torch
 
+from . import faults
 from .errors import UserError
-from .utils import atomic_path, atomic_write_text
+from .utils import atomic_path, atomic_write_text, remove_checked, verify_checksum
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 class RunStore:
-    def __init__(self, run_dir: str | Path) -> None:
+    """``log`` receives the one-line reports of corrupt files (default: stderr)."""
+
+    def __init__(self, run_dir: str | Path, log: Callable[[str], None] = _stderr) -> None:
         self.root = Path(run_dir)
+        self.log = log
+        self.rebuilt: list[Path] = []  # corrupt files found (and removed) by this store
+
+    def _corrupt(self, path: Path, why: str, action: str) -> None:
+        self.log(f"advtransfer: warning: {path} is corrupt ({why}); deleted, {action}")
+        remove_checked(path)
+        self.rebuilt.append(path)
+
+    def _check(self, path: Path, action: str) -> bool:
+        """False (after reporting and deleting the file) when ``path`` fails its checksum."""
+        if verify_checksum(path) is False:
+            self._corrupt(path, "checksum mismatch", action)
+            return False
+        return True
 
     # --- adversarial examples -------------------------------------------------------------
     def adv_path(self, cell_id: str) -> Path:
@@ -32,46 +63,97 @@ class RunStore:
     def save_adv(self, cell_id: str, tensors: dict[str, torch.Tensor], meta: dict) -> None:
         from safetensors.torch import save_file
 
-        with atomic_path(self.adv_path(cell_id)) as tmp:
+        with atomic_path(self.adv_path(cell_id), checksum=True) as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp),
                       metadata={k: json.dumps(v) for k, v in meta.items()})
 
+    def adv_intact(self, cell_id: str) -> bool:
+        """Whether the cell's cached examples exist and match their checksum (a mismatch is
+        reported and the file deleted, so the cell is re-crafted)."""
+        path = self.adv_path(cell_id)
+        return path.is_file() and self._check(path, "re-crafting the cell")
+
     def load_adv(self, cell_id: str) -> tuple[dict[str, torch.Tensor], dict] | None:
-        """Cached tensors and metadata of a cell, or None if absent."""
+        """Cached tensors and metadata of a cell, or None if absent or corrupt (then reported
+        and deleted, so the caller re-crafts)."""
         from safetensors import SafetensorError, safe_open
 
         path = self.adv_path(cell_id)
-        if not path.is_file():
+        if not path.is_file() or not self._check(path, "re-crafting the cell"):
             return None
         try:
             with safe_open(str(path), framework="pt") as fh:
                 tensors = {k: fh.get_tensor(k) for k in fh.keys()}
                 meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
         except (SafetensorError, OSError, ValueError, json.JSONDecodeError) as exc:
-            raise UserError(f"cached examples {path} are unreadable ({exc}); delete the file to re-craft") from None
+            self._corrupt(path, f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                          "re-crafting the cell")
+            return None
         return tensors, meta
 
     # --- shards -----------------------------------------------------------------------------
     def shard_path(self, cell_id: str) -> Path:
         return self.root / "shards" / f"{cell_id}.parquet"
 
-    def read_shard(self, cell_id: str) -> pd.DataFrame | None:
-        path = self.shard_path(cell_id)
-        if not path.is_file():
+    def _read_checked(self, path: Path, action: str) -> pd.DataFrame | None:
+        """A checked parquet table, or None if absent or corrupt (reported and deleted)."""
+        if not path.is_file() or not self._check(path, action):
             return None
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            self._corrupt(path, f"unreadable: {type(exc).__name__}", action)
+            return None
+
+    def _write_checked(self, path: Path, df: pd.DataFrame) -> None:
+        with atomic_path(path, checksum=True) as tmp:
+            df.to_parquet(tmp, index=False)
+
+    def read_shard(self, cell_id: str) -> pd.DataFrame | None:
+        """The cell's rows, or None if absent or corrupt (then its victims are re-evaluated)."""
+        return self._read_checked(self.shard_path(cell_id), "re-evaluating the cell's victims")
 
     def write_shard(self, cell_id: str, rows: pd.DataFrame) -> None:
-        with atomic_path(self.shard_path(cell_id)) as tmp:
-            rows.to_parquet(tmp, index=False)
+        self._write_checked(self.shard_path(cell_id), rows)
+
+    def samples_path(self, cell_id: str) -> Path:
+        return self.root / "samples" / f"{cell_id}.parquet"
+
+    def read_samples(self, cell_id: str, required: bool = False) -> pd.DataFrame | None:
+        """The cell's per-image table. ``required`` (the analyses): a missing or corrupt table is a
+        one-line :class:`UserError` telling how to rebuild it; otherwise None."""
+        path = self.samples_path(cell_id)
+        if not required:
+            return self._read_checked(path, "re-evaluating the cell's victims")
+        if not path.is_file():
+            raise UserError(f"{path} is missing: the run has no per-image results for cell {cell_id}; "
+                            "rerun `advtransfer grid` on this run folder to write them")
+        if verify_checksum(path) is False:
+            raise UserError(f"{path} does not match its checksum (corrupt or truncated); rerun `advtransfer grid` "
+                            "on this run folder to rebuild it")
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:
+            raise UserError(f"{path} is unreadable ({type(exc).__name__}); rerun `advtransfer grid` on this "
+                            "run folder to rebuild it") from None
+
+    def replace_samples(self, cell_id: str, df: pd.DataFrame) -> None:
+        """Write the cell's whole per-image table (the analyses add measured columns)."""
+        self._write_checked(self.samples_path(cell_id), df)
 
     def write_samples(self, cell_id: str, df: pd.DataFrame) -> None:
-        path = self.root / "samples" / f"{cell_id}.parquet"
-        old = pd.read_parquet(path) if path.is_file() else None
+        """Write the rows of ``df``'s victims into the cell's per-image table (other victims kept)."""
+        old = self.read_samples(cell_id)
         if old is not None:
             df = pd.concat([old[~old["victim"].isin(df["victim"].unique())], df], ignore_index=True)
-        with atomic_path(path) as tmp:
-            df.to_parquet(tmp, index=False)
+        self._write_checked(self.samples_path(cell_id), df)
+
+    def all_samples(self) -> pd.DataFrame:
+        """Every cell's per-image table concatenated, each checked (empty frame when none)."""
+        files = sorted(f for f in (self.root / "samples").glob("*.parquet") if not f.name.startswith("."))
+        if not files:
+            return pd.DataFrame()
+        return pd.concat([self.read_samples(f.stem, required=True) for f in files], ignore_index=True)
 
     def remove_stale_temporaries(self) -> list[Path]:
         """Delete the temporary files (``.<name>.<random>.<ext>``) a killed writer left behind;
@@ -86,14 +168,16 @@ class RunStore:
         """Concatenate every shard into results.parquet and results.csv (atomically). Only complete
         shards count (``<cell_id>.parquet``; a writer's temporary files start with a dot)."""
         shards = sorted(f for f in (self.root / "shards").glob("*.parquet") if not f.name.startswith("."))
-        if not shards:
+        parts = [t for t in (self.read_shard(p.stem) for p in shards) if t is not None]
+        if not parts:
             return pd.DataFrame()
-        df = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+        df = pd.concat(parts, ignore_index=True)
         df = df.drop_duplicates(subset=["cell_id", "victim"], keep="last")
         order = ["surrogate", "attack_label", "eps", "seed", "victim"]
         df = df.sort_values([c for c in order if c in df.columns], kind="stable").reset_index(drop=True)
         with atomic_path(self.root / "results.parquet") as tmp:
             df.to_parquet(tmp, index=False)
+        faults.point("merge")
         with atomic_path(self.root / "results.csv") as tmp:
             df.to_csv(tmp, index=False)
         return df

@@ -1,11 +1,14 @@
 """Small helpers: fractions like '8/255', hashing, atomic writes, provenance."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -50,44 +53,100 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+def _no_space(exc: OSError) -> bool:
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(path: str | os.PathLike, needed: int | None = None) -> UserError:
+    """The one-line error for a full disk (ENOSPC/EDQUOT) while writing ``path``: the path, the
+    space the write needed (at least, when not known in advance) and the space left there."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        free = shutil.disk_usage(path.parent if path.parent.exists() else Path.cwd()).free
+        left = f"{_mb(free)} free there"
+    except OSError:
+        left = "free space unknown"
+    need = f"needed {_mb(needed)}" if needed else "needed more space"
+    return UserError(f"disk full while writing {path} ({need}, {left}); nothing was half-written: "
+                     "free some space (or point --out / ADVTRANSFER_CACHE at another disk) and rerun to resume")
+
+
+def _mb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+    A full disk raises :func:`disk_full_error` and leaves ``path`` as it was."""
+    with atomic_path(path, expected_size=len(data)) as tmp:
+        with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def atomic_path(path: str | os.PathLike):
-    """Context manager yielding a temporary path next to ``path``; on success it replaces ``path``."""
-    from contextlib import contextmanager
+#: suffix of the checksum file written beside a checked file (``<name>.sha256``: hex digest)
+CHECKSUM_SUFFIX = ".sha256"
 
-    @contextmanager
-    def _cm():
-        p = Path(path)
+
+def checksum_path(path: str | os.PathLike) -> Path:
+    return Path(str(path) + CHECKSUM_SUFFIX)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, checksum: bool = False, expected_size: int | None = None):
+    """Context manager yielding a temporary path next to ``path``; on success it replaces ``path``.
+
+    ``checksum``: also write ``<path>.sha256`` (the new file's sha256), before the file itself is
+    renamed into place, so a file and a checksum that disagree mean corruption or a write cut
+    short, never a good file (see :func:`verify_checksum`). A full disk (ENOSPC) raises one-line
+    :func:`disk_full_error` naming ``path``; the temporary file is removed either way."""
+    p = Path(path)
+    try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=p.suffix, dir=p.parent)
         os.close(fd)
+    except OSError as exc:
+        if _no_space(exc):
+            raise disk_full_error(p, expected_size) from None
+        raise
+    tmp = Path(tmp)
+    try:
         try:
-            yield Path(tmp)
+            yield tmp
+            if checksum:
+                atomic_write_bytes(checksum_path(p), (sha256_file(tmp) + "\n").encode())
             os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        except OSError as exc:
+            if not _no_space(exc):
+                raise
+            written = tmp.stat().st_size if tmp.exists() else 0
+            raise disk_full_error(p, expected_size or (written or None)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
-    return _cm()
+
+def verify_checksum(path: str | os.PathLike) -> bool | None:
+    """True if ``path`` matches its ``.sha256`` file, False if not (corrupt, truncated, or its
+    write was cut short), None if it has no checksum file (written before checksums existed)."""
+    c = checksum_path(path)
+    if not c.is_file():
+        return None
+    try:
+        expected = c.read_text().strip()
+    except OSError:
+        return False
+    return sha256_file(path) == expected
+
+
+def remove_checked(path: str | os.PathLike) -> None:
+    """Delete a checked file and its checksum file (a corrupt cache entry about to be rebuilt)."""
+    Path(path).unlink(missing_ok=True)
+    checksum_path(path).unlink(missing_ok=True)
 
 
 def git_sha(cwd: str | os.PathLike | None = None) -> str:

@@ -74,11 +74,10 @@ class Samples:
     def get(self, cell_id: str, victim: str) -> pd.DataFrame:
         """Rows of one (cell, victim): columns index (int), clean_correct (bool), success (bool)."""
         if cell_id not in self._cache:
+            from ..store import RunStore
+
             path = self.root / "samples" / f"{cell_id}.parquet"
-            if not path.is_file():
-                raise UserError(f"{path} is missing: the run has no per-image results for cell {cell_id}; "
-                                "rerun `advtransfer grid` on this run folder to write them")
-            df = pd.read_parquet(path)
+            df = RunStore(self.root).read_samples(cell_id, required=True)
             missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
             if missing:
                 raise UserError(f"{path} lacks column(s) {', '.join(missing)} (a run from an older version); "

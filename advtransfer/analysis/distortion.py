@@ -51,6 +51,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+from ..store import RunStore
 from ..utils import atomic_path
 
 DEFAULT_CAP = 4.0
@@ -199,21 +200,10 @@ def summarize(min_linf: np.ndarray | Sequence[float], min_l2: np.ndarray | Seque
 
 # --- run folders --------------------------------------------------------------------------------
 
-def _samples_path(run_dir: Path, cell_id: str) -> Path:
-    return run_dir / "samples" / f"{cell_id}.parquet"
-
-
 def read_samples(run_dir: str | Path) -> pd.DataFrame:
-    """All per-image tables of a run concatenated (empty frame when there are none)."""
-    files = sorted((Path(run_dir) / "samples").glob("*.parquet"))
-    if not files:
-        return pd.DataFrame()
-    return pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
-
-
-def _write_samples(path: Path, df: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
-        df.to_parquet(tmp, index=False)
+    """All per-image tables of a run concatenated, each checked against its checksum (empty
+    frame when there are none)."""
+    return RunStore(run_dir).all_samples()
 
 
 def _measured(df: pd.DataFrame, victim: str) -> bool:
@@ -292,11 +282,9 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
     if unknown:
         raise UserError(f"victim(s) {', '.join(unknown)} not in this run's results (it has: {', '.join(sorted(known))})")
     models = _Models(cache, device)
+    store = RunStore(run_dir)
     for cell_id, rows in res.groupby("cell_id", sort=False):
-        path = _samples_path(run_dir, cell_id)
-        if not path.is_file():
-            raise UserError(f"{path} is missing; rerun the grid so the per-image table is written")
-        df = pd.read_parquet(path)
+        df = store.read_samples(cell_id, required=True)
         todo = [v for v in rows["victim"] if v in wanted and not _measured(df, v)]
         if not todo:
             continue
@@ -316,7 +304,7 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
             merged = df.loc[sel, ["index"]].merge(m, on="index", how="left")
             for col in MEASURED_COLUMNS:
                 df.loc[sel, col] = merged[col].to_numpy(dtype=float)
-        _write_samples(path, df)
+        store.replace_samples(cell_id, df)
     return write_summary(run_dir, res)
 
 

@@ -184,14 +184,14 @@ def counts_table(run_dir: str | Path) -> pd.DataFrame:
     from .compare import read_results
 
     df = read_results(run_dir)
+    from ..store import RunStore
+
     samples = Path(run_dir) / "samples"
+    store = RunStore(run_dir)
     rows = []
     for cell_id, g in df.groupby("cell_id", sort=False):
         path = samples / f"{cell_id}.parquet"
-        if not path.is_file():
-            raise UserError(f"{path} is missing: the run has no per-image results for cell {cell_id}; "
-                            "rerun `advtransfer grid` on this run folder to write them")
-        s = pd.read_parquet(path, columns=["victim", "index", "clean_correct", "success"])
+        s = store.read_samples(cell_id, required=True)[["victim", "index", "clean_correct", "success"]]
         for _, r in g.iterrows():
             sv = s[s["victim"] == r["victim"]]
             if len(sv) != int(r["n"]) or int(sv["clean_correct"].sum()) != int(r["n_clean_correct"]) \
