@@ -9,7 +9,7 @@ indices (int64 N) that key every per-image record.
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import pandas as pd
 import torch
@@ -59,13 +59,14 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
 
 def evaluate_cell(crafted: Crafted, surrogates: SurrogateSet, victims: Mapping[str, nn.Module], x: torch.Tensor,
                   y: torch.Tensor, index: torch.Tensor, clean_preds: Mapping[str, torch.Tensor] | None = None,
-                  batch_size: int = 500, device: str = "cpu") -> tuple[list[dict], pd.DataFrame]:
+                  batch_size: int = 500, device: str = "cpu", progress: Callable[[str], None] | None = None
+                  ) -> tuple[list[dict], pd.DataFrame]:
     """Evaluate every victim on the same crafted examples.
 
     ``x, y, index``: the images the cell was crafted from (the context's); the crafted ones are the
     subset ``crafted.index``. ``clean_preds``: each victim's labels on all of ``x`` if already known.
     Returns one row dict per victim (with ``victim``, ``grad_evals``, ``craft_s``) and the per-image
-    table of all victims (with ``victim``).
+    table of all victims (with ``victim``). ``progress(name)`` is called after each victim.
     """
     keep = torch.isin(index, crafted.index)
     xc, yc = x[keep], y[keep]
@@ -78,6 +79,8 @@ def evaluate_cell(crafted: Crafted, surrogates: SurrogateSet, victims: Mapping[s
         row, ps = evaluate_victim(model, xc, yc, crafted, clean[keep], sur_ok, batch_size, device)
         rows.append({"victim": name, **row, "grad_evals": crafted.grad_evals, "craft_s": crafted.craft_s})
         samples.append(ps.assign(victim=name))
+        if progress is not None:
+            progress(name)
     return rows, pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
 
 

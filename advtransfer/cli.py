@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-n", type=int, help="override the number of images")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     g.add_argument("--no-report", action="store_true", help="do not write RUN/report (comparisons, tables, report.html)")
+    g.add_argument("--dry-run", action="store_true",
+                   help="check everything, then list the cells (cached or not), the models to train and each "
+                        "cell's cost in passes; train and write nothing")
     _common(g)
 
     z = sub.add_parser("zoo", help="train or list the model zoo (surrogates/*.yaml, victims/*.yaml)")
@@ -85,14 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup_env(args: argparse.Namespace) -> str:
+    """The device to run on (checked: it exists and is available); checks --data-dir."""
     from .config import default_device
+    from .validate import check_device
 
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
     if getattr(args, "data_dir", None):
         from .data import resolve_data_dir
 
         resolve_data_dir(args.data_dir)
-    return getattr(args, "device", None) or default_device()
+    if getattr(args, "device", None):
+        return check_device(args.device)
+    return check_device(default_device(), "ADVTRANSFER_DEVICE")
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
@@ -114,10 +121,11 @@ def cmd_grid(args: argparse.Namespace) -> int:
         if args.n <= 0:
             raise UserError(f"-n must be positive, got {args.n}")
         spec.n = args.n
-    # fail fast on data problems, before any training
-    from .data import load_dataset
+    from .validate import preflight
 
-    load_dataset(spec.dataset, spec.split, args.data_dir)
+    preflight(spec, args.out, device, args.data_dir, args.cache_dir)  # before any training or writing
+    if args.dry_run:
+        return _print_plan(spec, args)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress)
     print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
@@ -131,6 +139,25 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
         paths = build_report(run_dir)
         print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
+    return 0
+
+
+def _print_plan(spec, args: argparse.Namespace) -> int:
+    from .runner import plan_grid
+
+    plan = plan_grid(spec, args.out, args.cache_dir)
+    cells = plan["cells"]
+    print(f"dry run: grid {spec.name} ({spec.source}) into {plan['run_dir']}/; nothing was trained or written")
+    print(f"models to train (size {spec.size}): {', '.join(plan['train']) if plan['train'] else 'none (all cached)'}")
+    print(f"{'cell':16s}  {'surrogate':24s} {'attack':28s} {'eps':7s} {'seed':>4s}  {'examples':9s} "
+          f"{'victims':>7s} {'craft passes':>13s} {'eval passes':>12s}")
+    for c in cells:
+        print(f"{c['cell_id'] or '(after training)':16s}  {c['surrogate'][:24]:24s} {c['attack'][:28]:28s} {c['eps']:7s} "
+              f"{c['seed']:>4d}  {c['examples']:9s} {c['victims_to_evaluate']:>7d} {c['craft_passes']:>13,d} "
+              f"{c['eval_passes']:>12,d}")
+    todo = [c for c in cells if c["victims_to_evaluate"]]
+    print(f"{len(cells)} cells, {len(todo)} with work to do: {sum(c['craft_passes'] for c in cells):,} surrogate "
+          f"forward+backward passes to craft, {sum(c['eval_passes'] for c in cells):,} victim forward passes")
     return 0
 
 
@@ -204,12 +231,24 @@ def cmd_attacks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()
         return 2
+    # SIGTERM (a scheduler's stop, `kill`) ends the run like Ctrl-C: the current cell is abandoned
+    # (its files are only ever complete or absent), finished cells are merged into the table
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding application): leave signals alone
+        previous = None
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
                 "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
@@ -217,9 +256,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("advtransfer: interrupted; finished cells are saved, rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = "SIGTERM" if str(exc) == "SIGTERM" else "interrupted"
+        again = " ".join(["advtransfer", *(argv if argv is not None else sys.argv[1:])])
+        print(f"advtransfer: {what}: the current cell was abandoned, finished cells are saved; "
+              f"resume with: {again}", file=sys.stderr)
+        return 130 if what == "interrupted" else 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ CIFAR-10 sources, in order:
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -100,10 +101,15 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.nd
             x, y = z["x"], z["y"].astype(np.int64)
             classes = tuple(str(c) for c in z["classes"]) if "classes" in z.files else CIFAR10_CLASSES
             lossless = z["lossless"] if "lossless" in z.files else None
-    except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"cannot read {path!r} as a CIFAR-10 npz file ({exc}); check the data folder") from None
-    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[-1] != 3 or len(x) != len(y):
-        raise UserError(f"{path!r} does not hold x uint8 N×H×W×3 and y of the same length")
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"cannot read {path!r} as a CIFAR-10 npz file ({why}); the file is truncated or corrupt: "
+                        "restore it (or delete the folder's npz files and let torchvision download them)") from None
+    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[-1] != 3 or y.ndim != 1 or len(x) != len(y):
+        raise UserError(f"{path!r} must hold x uint8 N×H×W×3 and y with one label per image; it holds x "
+                        f"{x.dtype} {tuple(x.shape)} and y {tuple(y.shape)}")
+    if len(y) and (y.min() < 0 or y.max() >= len(classes)):
+        raise UserError(f"{path!r}: labels must lie in 0..{len(classes) - 1}, found {int(y.min())}..{int(y.max())}")
     return x, y, classes, lossless
 
 

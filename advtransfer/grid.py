@@ -106,6 +106,36 @@ def resolve_grid_path(grid: str) -> Path:
     raise UserError(suggest(str(grid), known, "grid") + "; give a path to a grid YAML file or a name under grids/")
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_scalars(raw: dict, src: str) -> None:
+    """Types and ranges of the grid's scalar keys (one UserError line each)."""
+    for key, what in (("name", "a string"), ("description", "a string"), ("dataset", "a dataset name"),
+                      ("reference", "a surrogate name")):
+        if key in raw:
+            _need(isinstance(raw[key], str), src, f"{key} must be {what}, got {raw[key]!r}")
+    _need(raw.get("split", "test") in ("train", "test"), src, f"split must be test or train, got {raw.get('split')!r}")
+    for key, low in (("n", 1), ("batch_size", 1), ("start", 0)):
+        if key in raw:
+            _need(_is_int(raw[key]) and raw[key] >= low, src, f"{key} must be an integer >= {low}, got {raw[key]!r}")
+    _need(isinstance(raw.get("targeted", False), bool), src, f"targeted must be true or false, got {raw.get('targeted')!r}")
+    seeds = raw.get("seeds", [0])
+    seeds = seeds if isinstance(seeds, list) else [seeds]
+    _need(bool(seeds) and all(_is_int(s) for s in seeds), src, f"seeds must be a list of integers, got {raw.get('seeds')!r}")
+    _need(len(set(seeds)) == len(seeds), src, f"seeds repeat a value: {seeds}")
+
+
+def _check_weights(w: Any, n_models: int, src: str, who: Any) -> None:
+    import math
+
+    ok = isinstance(w, list) and len(w) == n_models and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in w)
+    _need(ok and sum(w) > 0, src, f"surrogate set {who}: weights must be a list of {n_models} non-negative "
+                                  f"numbers, not all zero; got {w!r}")
+
+
 def _need(cond: bool, source: str, msg: str) -> None:
     if not cond:
         raise UserError(f"{source}: {msg}")
@@ -123,12 +153,16 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     except yaml.YAMLError as exc:
         raise UserError(f"{src}: not valid YAML ({str(exc).splitlines()[0]})") from None
     _need(isinstance(raw, dict), src, "a grid file must be a mapping of keys (name, eps, attacks, surrogates, victims, ...)")
-    unknown = set(raw) - GRID_KEYS - {k for k in raw if str(k).startswith("x-")}
-    _need(not unknown, src, f"unknown keys {sorted(unknown)}; allowed: {sorted(GRID_KEYS)}")
+    unknown = sorted((str(k) for k in set(raw) - GRID_KEYS if not str(k).startswith("x-")), key=str)
+    if unknown:
+        raise UserError(f"{src}: " + suggest(unknown[0], sorted(GRID_KEYS), "grid key")
+                        + " (keys starting with x- are free for YAML anchors)")
     for key in ("eps", "attacks", "surrogates", "victims"):
         _need(key in raw, src, f"missing required key {key!r}")
+    _check_scalars(raw, src)
 
     eps_raw = raw["eps"] if isinstance(raw["eps"], list) else [raw["eps"]]
+    _need(bool(eps_raw), src, "eps must list at least one radius, like [8/255]")
     eps = [parse_fraction(e, "eps") for e in eps_raw]
     norm = raw.get("norm", "linf")
     _need(norm in ("linf", "l2"), src, f"norm must be linf or l2, not {norm!r}")
@@ -141,8 +175,9 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     _need(isinstance(attacks_raw, dict) and attacks_raw, src, "attacks must be a non-empty mapping label -> parameters")
     entries: dict[str, AttackEntry] = {}
     for label, params in attacks_raw.items():
+        _need(params is None or isinstance(params, dict), src,
+              f"parameters of attack {label!r} must be a mapping like {{steps: 10}}, got {params!r}")
         params = dict(params or {})
-        _need(isinstance(params, dict), src, f"parameters of attack {label!r} must be a mapping")
         name = ATTACKS.canonical(str(params.pop("attack", label)))  # an alias (bim) resolves to its entry
         entries[str(label)] = AttackEntry(str(label), name, {**defaults, **params})
     if attack:
@@ -178,9 +213,11 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         elif isinstance(s, list) and s and all(isinstance(m, str) for m in s):
             surrogates.append(SurrogateEntry(tuple(s)))
         elif isinstance(s, dict) and isinstance(s.get("models"), list) and s["models"]:
+            _need(all(isinstance(m, str) for m in s["models"]), src,
+                  f"surrogate set {s.get('name', s['models'])}: models must be model names")
             w = s.get("weights")
-            _need(w is None or (isinstance(w, list) and len(w) == len(s["models"])), src,
-                  f"surrogate set {s.get('name', s['models'])}: weights must be a list, one per model")
+            if w is not None:
+                _check_weights(w, len(s["models"]), src, s.get("name", s["models"]))
             from .models.collections import check_options
 
             only = s.get("attacks") or []
@@ -210,10 +247,8 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
           "victims must be a non-empty list of model names")
 
     n = raw.get("n", 1000)
-    _need(isinstance(n, int) and n > 0, src, f"n must be a positive integer, got {n!r}")
     seeds = raw.get("seeds", [0])
     seeds = seeds if isinstance(seeds, list) else [seeds]
-    _need(all(isinstance(s, int) for s in seeds), src, "seeds must be integers")
     budget = raw.get("budget", "steps")
     _need(budget in ("steps", "grad_evals"), src, f"budget must be 'steps' or 'grad_evals', not {budget!r}")
     ref = raw.get("reference")

@@ -4,6 +4,7 @@ is evaluated on the cached examples without re-crafting."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -14,7 +15,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from . import __version__
-from . import schema
+from . import faults, schema
 from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet
 from .cell import evaluate_cell
 from .data import eval_subset, load_dataset
@@ -137,16 +138,63 @@ def craft_or_load(cell: Cell, attack: Attack, S: SurrogateSet, ctx: CraftContext
         tensors["target"] = res.target
     store.save_adv(cell.cell_id, tensors, {"cell": cell.config, "grad_evals": res.grad_evals,
                                            "craft_s": res.craft_s, "device": ctx.device, "fields": res.fields})
+    faults.point("adv_saved")
     return res
+
+
+class RunLog:
+    """``log`` that also appends each line, with a UTC timestamp, to ``RUN/run.log``."""
+
+    def __init__(self, run_dir: Path, echo: Callable[[str], None] = print) -> None:
+        self.path, self.echo = run_dir / "run.log", echo
+
+    def write(self, msg: str) -> None:
+        """Into run.log only."""
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(f"{stamp} {msg}\n")
+
+    def __call__(self, msg: str) -> None:
+        self.echo(msg)
+        self.write(msg)
+
+    def warn(self, msg: str) -> None:
+        """A warning (a corrupt file found and rebuilt): stderr and run.log."""
+        print(msg, file=sys.stderr, flush=True)
+        self.write(msg)
 
 
 def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir=None, device: str = "cpu",
              progress: bool = True, log: Callable[[str], None] = print) -> Path:
-    """Run every cell of ``spec``; returns the run folder. See the module docstring."""
+    """Run every cell of ``spec``; returns the run folder. See the module docstring.
+
+    The run folder is locked for the run (:class:`advtransfer.lock.RunLock`: a second run on it
+    stops at once naming the holder) and what the run prints goes to ``RUN/run.log`` too."""
+    from .lock import RunLock
+
     run_dir = Path(out) if out else default_run_dir(spec)
-    store = RunStore(run_dir)
+    with RunLock(run_dir):
+        runlog = RunLog(run_dir, log)
+        runlog.write(f"run started: grid {spec.name} ({spec.source}), {len(spec.surrogates)} surrogate rows, "
+                     f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {device}, git {git_sha()}")
+        try:
+            _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog)
+        except KeyboardInterrupt:
+            runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
+            raise
+        except BaseException as exc:
+            runlog.write(f"run failed: {type(exc).__name__}: {exc}")
+            raise
+        runlog.write("run finished")
+    return run_dir
+
+
+def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
+                log: Callable[[str], None]) -> None:
+    store = RunStore(run_dir, log.warn if isinstance(log, RunLog) else log)
     store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
     zoo.ensure_trained(spec.model_names(), spec.size, cache, data_dir, device, progress, log)
+    faults.point("trained")
     cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
     shas = {m: c["sha256"] for m, c in cards.items()}
     cells = expand_cells(spec, shas)
@@ -176,20 +224,20 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     try:
         for cell in bar:
             bar.set_postfix_str(describe(cell), refresh=False)
-            shard = store.read_shard(cell.cell_id)
-            done = set()
-            if shard is not None:
-                done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
-            todo = [v for v in spec.victims if v not in done]
+            todo = victims_to_evaluate(store, cell, spec.victims, shas)
             if not todo:
                 continue
+            shard = store.read_shard(cell.cell_id)
             attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
             S = build_surrogate_set(cell, models)
-            ctx = CraftContext(x, y, index, spec.batch_size, device, train_data)
-            res = craft_or_load(cell, attack, S, ctx, store, log)
+            with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not progress) as cbar:
+                ctx = CraftContext(x, y, index, spec.batch_size, device, train_data, progress=cbar.update)
+                res = craft_or_load(cell, attack, S, ctx, store, log)
             fields = {**_cell_fields(spec, cell, attack, run_id, cards, sha), **res.fields, "n": len(res.index)}
             victims = {v: models.get(v) for v in todo}
-            rows, samples = evaluate_cell(res, S, victims, x, y, index, models.clean_labels(todo, x), 500, device)
+            with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not progress) as vbar:
+                rows, samples = evaluate_cell(res, S, victims, x, y, index, models.clean_labels(todo, x), 500, device,
+                                              progress=lambda _v: vbar.update(1))
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
             rows = [{**fields, **r, "victim_family": cards[r["victim"]]["family"],
                      "is_whitebox": r["victim"] in cell.surrogate.models, "victim_sha": shas[r["victim"]],
@@ -198,8 +246,61 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
             if shard is not None:
                 new = pd.concat([shard[~shard["victim"].isin(todo)], new], ignore_index=True)
             store.write_samples(cell.cell_id, schema.conform(samples.assign(cell_id=cell.cell_id), schema.SAMPLES))
+            faults.point("samples_written")
             store.write_shard(cell.cell_id, new)
+            faults.point("shard_written")
     finally:
         bar.close()
         store.merge()  # once per run (and on interruption): finished cells are in the table
-    return run_dir
+
+
+def victims_to_evaluate(store: RunStore, cell: Cell, victims: list[str], shas: dict[str, str]) -> list[str]:
+    """The victims of ``victims`` the cell still needs: those without a row for the current weights
+    (``shas``: model → sha256) in a sound shard, or without per-image rows in a sound samples table;
+    all of them when its examples are missing or corrupt (they are re-crafted, and every row is
+    re-derived from the new ones). Corrupt files are reported and deleted on the way."""
+    if not store.adv_intact(cell.cell_id):
+        return list(victims)
+    shard = store.read_shard(cell.cell_id)
+    if shard is None:
+        return list(victims)
+    done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
+    samples = store.read_samples(cell.cell_id)
+    done &= set(samples["victim"]) if samples is not None else set()
+    return [v for v in victims if v not in done]
+
+
+def plan_grid(spec: GridSpec, out: str | Path | None = None, cache=None) -> dict:
+    """What :func:`run_grid` would do, reading only: the models it would train, and per cell
+    whether its examples are cached, which victims it would evaluate, and its cost in passes
+    (surrogate forward+backward passes to craft, victim forward passes to evaluate). Writes nothing.
+
+    Cells whose surrogates are not trained yet get their id only after training (``cell_id``
+    None: the id hashes the weights)."""
+    from .models.loading import is_trained
+
+    run_dir = Path(out) if out else default_run_dir(spec)
+    specs = zoo.load_specs()
+    train = [m for m in spec.model_names() if not is_trained(zoo.get_spec(m, specs), spec.size, cache)]
+    shas = {m: (zoo.read_card(m, spec.size, cache) or {}).get("sha256") or f"untrained:{m}"
+            for m in spec.model_names()}
+    store = RunStore(run_dir, log=lambda _m: None)
+    rows = []
+    for cell in expand_cells(spec, shas):
+        pending = any(m in train for m in cell.surrogate.models)
+        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+        cached = not pending and store.adv_path(cell.cell_id).is_file()
+        if pending or not run_dir.is_dir():
+            todo = list(spec.victims)
+        else:
+            shard_path = store.shard_path(cell.cell_id)
+            shard = pd.read_parquet(shard_path) if shard_path.is_file() else None
+            done = set() if shard is None else {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
+            todo = [v for v in spec.victims if v not in done]
+        n_models = len(cell.surrogate.models)
+        rows.append({"cell_id": None if pending else cell.cell_id, "surrogate": cell.surrogate.name,
+                     "attack": cell.attack.label, "eps": eps_to_str(cell.eps), "seed": cell.seed,
+                     "examples": "cached" if cached else "to craft", "victims_to_evaluate": len(todo),
+                     "craft_passes": 0 if cached else attack.grad_evals_formula(n_models) * spec.n,
+                     "eval_passes": len(todo) * spec.n})
+    return {"run_dir": run_dir, "train": train, "cells": rows}

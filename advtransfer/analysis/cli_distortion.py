@@ -47,14 +47,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def cmd_distortion(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from ..config import default_device
-    from .blackbox import measure_blackbox, summarize_blackbox
-    from .distortion import measure_run, run_context
-    from .exposure import exposure_table, plot_asr_vs_eps
-    from .fit import fit_select
-    from .similarity import plot_similarity, sat_tables
 
     run = Path(args.run_dir)
     if not run.is_dir():
@@ -74,6 +67,27 @@ def cmd_distortion(args: argparse.Namespace) -> int:
         resolve_data_dir(args.data_dir)
     device = args.device or default_device()
     victims = [v.strip() for v in args.victims.split(",")] if args.victims else None
+    from ..lock import RunLock
+    from ..validate import check_device
+
+    device = check_device(device, "--device" if args.device else "ADVTRANSFER_DEVICE")
+    from .distortion import run_context
+
+    run_context(run)  # a run folder (results and manifest) before anything is locked or written
+    with RunLock(run):  # it adds columns to the per-image tables: one writer at a time
+        return _measure(args, run, bb, fq, norms, device, victims)
+
+
+def _measure(args: argparse.Namespace, run: Path, bb: list[int], fq: list[int], norms: list[str], device: str,
+             victims: list[str] | None) -> int:
+    import pandas as pd
+
+    from .blackbox import measure_blackbox, summarize_blackbox
+    from .distortion import measure_run, run_context
+    from .exposure import exposure_table, plot_asr_vs_eps
+    from .fit import fit_select
+    from .similarity import plot_similarity, sat_tables
+
     res, _ = run_context(run)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)

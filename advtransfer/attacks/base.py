@@ -7,6 +7,7 @@ targeted: minus cross-entropy of the target label); every norm is per sample.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -246,11 +247,18 @@ class Attack:
         if norm not in self.norms:
             raise UserError(f"attack {self.name!r} supports norms {', '.join(self.norms)}, not {norm!r}")
         self.norm = norm
-        self.steps = int(self.default_steps if steps is None else steps)
-        if self.steps < 1:
-            raise UserError(f"steps must be at least 1, got {steps}")
+        steps = self.default_steps if steps is None else steps
+        if not _is_int(steps) or steps < 1:
+            raise UserError(f"attack {self.name!r}: steps must be an integer >= 1, got {steps!r}")
+        self.steps = int(steps)
         self.alpha = parse_fraction(alpha, "alpha") if alpha is not None else self.default_alpha()
-        self.targeted = bool(targeted)
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise UserError(f"attack {self.name!r}: alpha (step size) must be a positive number like 2/255, got {alpha!r}")
+        if not isinstance(targeted, bool):
+            raise UserError(f"attack {self.name!r}: targeted must be true or false, got {targeted!r}")
+        self.targeted = targeted
+        if not _is_int(seed):
+            raise UserError(f"attack {self.name!r}: seed must be an integer, got {seed!r}")
         self.seed = int(seed)
         if ensemble not in ENSEMBLE_MODES:
             raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
@@ -326,14 +334,58 @@ class Attack:
         return gens
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _checked_value(attack: Attack, key: str, value: Any, default: Any) -> Any:
+    """``value`` for extra parameter ``key`` if it has the type of its default (an int where the
+    default is an int, a number or a fraction like 1/255 where it is a float, true/false where it
+    is a bool); else a UserError naming the parameter and the type it needs."""
+    def bad(what: str) -> UserError:
+        return UserError(f"attack {attack.name!r}: parameter {key} must be {what}, got {value!r}")
+
+    if default is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if isinstance(default, int):
+        if not _is_int(value):
+            raise bad("an integer")
+        return value
+    numeric_str = isinstance(default, str) and _parses(default)
+    if isinstance(default, float) or numeric_str:
+        if isinstance(value, bool) or not _parses(value) or not math.isfinite(parse_fraction(value, key)):
+            raise bad("a finite number (or a fraction like 1/255)")
+        return value  # as given: the recorded parameters (and so the cell id) keep the user's spelling
+    if isinstance(default, str) and not isinstance(value, str):
+        raise bad("a string")
+    if isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
+        raise bad("a list")
+    return value
+
+
+def _parses(v: Any) -> bool:
+    try:
+        parse_fraction(v)
+        return not isinstance(v, bool)
+    except UserError:
+        return False
+
+
 def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names are a UserError."""
+    """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names (with close
+    matches) and values of the wrong type are a UserError."""
+    from ..registry import suggest
+
     defaults = attack.extra_defaults
     unknown = sorted(set(kwargs) - set(defaults))
     if unknown:
-        raise UserError(f"attack {attack.name!r} got unknown parameters {unknown}; it takes "
-                        f"{sorted(defaults)} besides eps, norm, steps, alpha, targeted, seed, ensemble")
-    return {**defaults, **kwargs}
+        known = sorted(defaults) + ["eps", "norm", "steps", "alpha", "targeted", "seed", "ensemble"]
+        raise UserError(f"attack {attack.name!r}: " + suggest(str(unknown[0]), known, "parameter"))
+    return {**defaults, **{k: _checked_value(attack, k, v, defaults[k]) for k, v in kwargs.items()}}
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")

@@ -21,7 +21,7 @@ from ..utils import sha256_file
 from .archs import ImageClassifier
 from .cards import make_card, read_card, write_card
 from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint
-from .store import States, read_states, save_states, zoo_paths
+from .store import States, read_states, save_states, verify_checksum, zoo_paths
 
 _EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
 
@@ -32,6 +32,17 @@ def is_trained(spec: ModelSpec, size: str, cache: str | os.PathLike | None = Non
     weights, _ = zoo_paths(spec.name, size, cache)
     ready = spec.pretrained is not None or weights.is_file()
     return card is not None and card.get("recipe_hash") == spec.recipe_hash(size) and ready
+
+
+def check_checkpoint(spec: ModelSpec, size: str, cache: str | os.PathLike | None = None) -> None:
+    """A trained model's weights must still match the sha256 on its card; else a one-line
+    UserError (checked before a run trains or writes anything: a corrupt checkpoint is refused,
+    never loaded, and never silently retrained, which at full size could cost days)."""
+    card = read_card(spec.name, size, cache) or {}
+    weights, _ = zoo_paths(spec.name, size, cache)
+    if spec.pretrained is not None or not weights.is_file():
+        return
+    verify_checksum(weights, card.get("sha256"), spec.name)
 
 
 def _eval_split(dataset: str, data_dir):

@@ -1,0 +1,65 @@
+"""One writer per run folder.
+
+``RUN/run.lock`` is held with an OS file lock (``flock``, through filelock) for as long as a
+command writes the folder; ``RUN/lock.json`` names the holder (pid, host, command, start time).
+A second command on the same folder stops at once with one line naming the holder. The kernel
+drops the lock when its process dies, however it dies (``kill -9`` included), so a killed run
+never leaves a lock that blocks: the next run takes it and overwrites the stale ``lock.json``.
+(On network file systems without working ``flock`` use separate run folders per machine.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import UserError
+from .utils import atomic_write_text
+
+LOCK_FILE = "run.lock"
+HOLDER_FILE = "lock.json"
+
+
+def _holder(run_dir: Path) -> str:
+    try:
+        h = json.loads((run_dir / HOLDER_FILE).read_text())
+        return (f"pid {h.get('pid')} on {h.get('host')} since {h.get('started')} "
+                f"({h.get('command', 'advtransfer')})")
+    except (OSError, ValueError):
+        return "another process (its lock.json is not written yet)"
+
+
+class RunLock:
+    """Context manager: hold ``run_dir``'s lock or raise a one-line :class:`UserError`.
+
+    ``what`` is recorded as the holder's command (default: this process's command line)."""
+
+    def __init__(self, run_dir: str | os.PathLike, what: str | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.what = what or " ".join(["advtransfer", *sys.argv[1:]])
+        self._lock = None
+
+    def __enter__(self) -> "RunLock":
+        from filelock import FileLock, Timeout
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.run_dir / LOCK_FILE), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise UserError(f"run folder {self.run_dir} is in use by {_holder(self.run_dir)}; wait for it to "
+                            "finish (or stop it), or give another --out") from None
+        self._lock = lock
+        atomic_write_text(self.run_dir / HOLDER_FILE, json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(), "command": self.what,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lock is not None:
+            (self.run_dir / HOLDER_FILE).unlink(missing_ok=True)
+            self._lock.release()
+            self._lock = None

@@ -1,0 +1,119 @@
+"""Checks made before a run trains or writes anything: the device, the output folder, the data
+and every value of the grid. Each failure is one :class:`UserError` line (the CLI exits 2).
+
+The grid file's own keys and types are checked when it is read (:func:`advtransfer.grid.load_grid`);
+:func:`preflight` adds what needs the machine or the data: the device exists and is available,
+the run folder can be written, the data splits are readable with the right shapes, dtypes and
+labels, ``n``/``start`` lie within the split, every cell's attack resolves with its parameters
+(names and types), and target classes lie within the label set.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import UserError
+
+#: what a run folder may hold; a non-empty folder with none of these is not one
+RUN_MARKERS = ("manifest.json", "results.parquet", "run.lock", "run.log", "adv", "shards", "samples")
+
+
+def check_device(device: str, flag: str = "--device") -> str:
+    """``device`` if torch knows it and this machine has it; else a one-line UserError."""
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise UserError(f"{flag} {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from None
+    if d.type == "cpu":
+        return device
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"{flag} {device!r}: no CUDA GPU is visible on this machine; use --device cpu")
+        count = torch.cuda.device_count()
+        if d.index is not None and d.index >= count:
+            raise UserError(f"{flag} {device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        return device
+    if d.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UserError(f"{flag} {device!r}: Apple MPS is not available here; use --device cpu")
+        return device
+    raise UserError(f"{flag} {device!r}: the harness runs on cpu, cuda or mps, not {d.type}")
+
+
+def check_run_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """A folder the run may write: a run folder, an empty folder, or a path whose nearest existing
+    parent is a writable folder (nothing is created here)."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{flag} {str(p)!r} is a file, not a folder; give a folder path (it is created if missing)")
+    q = p
+    while not q.exists():
+        if q.parent == q:
+            break
+        q = q.parent
+    if not q.is_dir():
+        raise UserError(f"{flag} {str(p)!r}: {str(q)!r} is a file, so the folder cannot be created there")
+    if not os.access(q, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {str(p)!r}: {str(q)!r} is not writable; choose a folder you can write")
+    if p.is_dir() and any(p.iterdir()) and not any((p / m).exists() for m in RUN_MARKERS):
+        raise UserError(f"{flag} {str(p)!r} is a non-empty folder that is not a run folder; give a new or "
+                        "empty folder (or an earlier run's folder to resume it)")
+    return p
+
+
+def check_split(ds, n: int, start: int, source: str) -> None:
+    """The split's labels lie in its label set and ``start .. start+n-1`` within it."""
+    import numpy as np
+
+    y = np.asarray(ds.y)
+    if y.ndim != 1 or len(y) != len(ds.x):
+        raise UserError(f"{ds.name} {ds.split}: labels must be one per image ({len(y)} labels, {len(ds.x)} images)")
+    k = len(ds.classes)
+    if len(y) and (y.min() < 0 or y.max() >= k):
+        raise UserError(f"{ds.name} {ds.split}: labels must lie in 0..{k - 1} (its {k} classes), "
+                        f"found {int(y.min())}..{int(y.max())}; check the data folder")
+    if start < 0 or n < 1 or start + n > len(y):
+        raise UserError(f"{source}: images {start}..{start + n - 1} are outside the {len(y)} {ds.split} images; "
+                        f"lower n (at most {max(0, len(y) - start)} from start {start})")
+
+
+def preflight(spec, out: str | os.PathLike | None, device: str, data_dir=None, cache=None) -> None:
+    """Every check a grid run makes before it trains a model or writes a file (see the module
+    docstring). ``out``: the run folder (None: the default results/<name>/)."""
+    from .data import load_dataset
+    from .grid import expand_cells, resolve_attack
+    from .models import zoo
+    from .models.loading import check_checkpoint, is_trained
+    from .runner import default_run_dir
+
+    check_device(device)
+    check_run_dir(out if out is not None else default_run_dir(spec))
+    ds = load_dataset(spec.dataset, spec.split, data_dir)
+    check_split(ds, spec.n, spec.start, spec.source)
+    specs = zoo.load_specs()
+    shas = {m: f"unchecked:{m}" for m in spec.model_names()}
+    crafts: list[tuple[str, int]] = []  # (attack label, training images it crafts on)
+    for cell in expand_cells(spec, shas):  # resolves every attack: parameter names, types, ranges
+        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+        tc = attack.extra.get("target_class")
+        if tc is not None and not 0 <= int(tc) < len(ds.classes):
+            raise UserError(f"{spec.source}: attack {cell.attack.label!r}: target_class {tc} is outside the label "
+                            f"set 0..{len(ds.classes) - 1}")
+        if attack.extra.get("n_craft") is not None:
+            crafts.append((cell.attack.label, int(attack.extra["n_craft"])))
+    needs_training = False
+    for m in spec.model_names():
+        ms = zoo.get_spec(m, specs)
+        if is_trained(ms, spec.size, cache):
+            check_checkpoint(ms, spec.size, cache)  # a corrupt checkpoint is refused before anything runs
+        elif ms.pretrained is None:
+            needs_training = True
+    if crafts or needs_training:
+        train = load_dataset(spec.dataset, "train", data_dir)
+        check_split(train, 1, 0, spec.source)
+        for label, n_craft in crafts:
+            if n_craft > len(train):
+                raise UserError(f"{spec.source}: attack {label!r}: n_craft {n_craft} exceeds the "
+                                f"{len(train)} training images")
