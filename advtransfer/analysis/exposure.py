@@ -141,8 +141,9 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
             pts = res[(res.surrogate == sur) & (res.attack_label == lab) & (res.victim == v)]
             ax.plot(pts["eps"] * 255, pts["asr"] * 100, "o", color=colors(k % 10), ms=6, mec="black", mew=0.6)
         handles, labels = ax.get_legend_handles_labels()
-        handles += [Line2D([], [], color="gray", lw=1.8),
-                    Line2D([], [], ls="", marker="o", color="gray", mec="black")]
+        # the key in black/white: every tab10 colour (grey included) may be a victim's
+        handles += [Line2D([], [], color="black", lw=1.8),
+                    Line2D([], [], ls="", marker="o", mfc="white", mec="black")]
         labels += [f"line: scaled direction of the ε={eps0 * 255:.0f}/255 craft",
                    "marker: crafted at that ε (results table)"]
         ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
