@@ -119,15 +119,22 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     fig, ax = plt.subplots(figsize=(2.2 + 0.9 * k, 1.8 + 0.8 * k))
-    im = ax.imshow(m.to_numpy(float), cmap="magma", vmin=math.log(EPS_S), vmax=SAT_MAX)
+    vals = m.to_numpy(float)
+    off = vals[~np.eye(k, dtype=bool) & np.isfinite(vals)]
+    # colour range: from the smallest SAT shown (rounded down to 0.5) to the maximum, so the
+    # differences between pairs are visible; the numbers in the cells stay absolute
+    vmin = min(SAT_MAX - 0.5, math.floor(2 * off.min()) / 2) if off.size else math.log(EPS_S)
+    im = ax.imshow(vals, cmap="magma", vmin=vmin, vmax=SAT_MAX)
     for i in range(k):
         for j in range(k):
             v = m.iat[i, j]
             if np.isfinite(v):
                 npair = m.attrs["n_pairs"].get((models[i], models[j])) or m.attrs["n_pairs"].get((models[j], models[i]))
                 pct = "≤0.1%" if v <= math.log(EPS_S) + 1e-9 else f"{math.exp(v):.1f}%"
-                txt = "—" if i == j else f"{v:.2f}\n({pct}, n={npair})"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=8, color="white" if v < 3 else "black")
+                txt = "—" if i == j else f"{v:.2f}\n{pct}\nn={npair}"
+                dark = (v - vmin) / (SAT_MAX - vmin) < 0.55
+                ax.text(j, i, txt, ha="center", va="center", fontsize=8 if k <= 6 else 7,
+                        color="white" if dark else "black", linespacing=1.1)
     ax.set_xticks(range(k), models, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(k), models, fontsize=8)
     cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
