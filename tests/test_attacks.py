@@ -76,7 +76,7 @@ def test_batch_composition_does_not_change_results(name, pair, batch):
 def test_unknown_parameter_is_rejected():
     from advtransfer.errors import UserError
 
-    with pytest.raises(UserError, match="unknown parameters"):
+    with pytest.raises(UserError, match="unknown parameter 'kernel'"):
         create_attack("mifgsm", kernel=3)
     with pytest.raises(UserError, match="odd"):
         create_attack("tifgsm", kernel_size=4)
