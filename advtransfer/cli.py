@@ -258,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         what = "SIGTERM" if str(exc) == "SIGTERM" else "interrupted"
-        again = " ".join(["advtransfer", *(argv if argv is not None else sys.argv[1:])])
+        import shlex
+
+        again = shlex.join(["advtransfer", *(argv if argv is not None else sys.argv[1:])])
         print(f"advtransfer: {what}: the current cell was abandoned, finished cells are saved; "
               f"resume with: {again}", file=sys.stderr)
         return 130 if what == "interrupted" else 143

@@ -131,7 +131,7 @@ def test_cwa_parameters_and_errors():
     a = create_attack("cwa", eps=EPS)
     assert a.alpha == pytest.approx(EPS / 5) and a.r == pytest.approx(EPS / 15) and a.steps == 10
     assert create_attack("cwa", eps=EPS, beta=50).params()["beta"] == 50
-    with pytest.raises(UserError, match="unknown parameters"):
+    with pytest.raises(UserError, match="unknown parameter .betta.; did you mean .beta."):
         create_attack("cwa", eps=EPS, betta=2)
     with pytest.raises(UserError, match="norms"):
         create_attack("cwa", eps=EPS, norm="l2")

@@ -76,7 +76,7 @@ def test_universal_parameters_are_checked():
         create_attack("sgd_uap", n_craft=0)
     with pytest.raises(UserError, match="norms"):
         create_attack("xtransfer_uap", norm="l2")
-    with pytest.raises(UserError, match="unknown parameters"):
+    with pytest.raises(UserError, match="unknown parameter .kk."):
         create_attack("xtransfer_uap", kk=2)
 
 
