@@ -116,7 +116,8 @@ def _check_scalars(raw: dict, src: str) -> None:
                       ("reference", "a surrogate name")):
         if key in raw:
             _need(isinstance(raw[key], str), src, f"{key} must be {what}, got {raw[key]!r}")
-    _need(raw.get("split", "test") in ("train", "test"), src, f"split must be test or train, got {raw.get('split')!r}")
+    if "split" in raw:  # which splits exist is the dataset's business (cifar10: train/test; image folders: any)
+        _need(isinstance(raw["split"], str) and raw["split"], src, f"split must be a split name, got {raw['split']!r}")
     for key, low in (("n", 1), ("batch_size", 1), ("start", 0)):
         if key in raw:
             _need(_is_int(raw[key]) and raw[key] >= low, src, f"{key} must be an integer >= {low}, got {raw[key]!r}")

@@ -169,24 +169,54 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir
     """Run every cell of ``spec``; returns the run folder. See the module docstring.
 
     The run folder is locked for the run (:class:`advtransfer.lock.RunLock`: a second run on it
-    stops at once naming the holder) and what the run prints goes to ``RUN/run.log`` too."""
+    stops at once naming the holder) and what the run prints goes to ``RUN/run.log`` too. A run
+    that fails on bad input before writing a result removes the folder it created."""
+    run_dir = Path(out) if out else default_run_dir(spec)
+    _run_with_lock(spec, run_dir, cache, data_dir, device, progress, log)
+    return run_dir
+
+
+#: what a run writes before its first result: a failed run that wrote only these leaves no folder
+_BOOKKEEPING = {"run.lock", "lock.json", "run.log"}
+
+
+def _remove_if_only_bookkeeping(run_dir: Path) -> None:
+    """Delete a run folder this run created if it holds nothing but the lock and the log (bad
+    input found while loading models, say): bad input leaves nothing behind."""
+    import shutil
+
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= _BOOKKEEPING:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
+                   log: Callable[[str], None]) -> None:
     from .lock import RunLock
 
-    run_dir = Path(out) if out else default_run_dir(spec)
-    with RunLock(run_dir):
-        runlog = RunLog(run_dir, log)
-        runlog.write(f"run started: grid {spec.name} ({spec.source}), {len(spec.surrogates)} surrogate rows, "
-                     f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {device}, git {git_sha()}")
+    new_folder = not run_dir.exists()
+    with RunLock(run_dir):  # raises at once (nothing touched) when another process holds the folder
         try:
-            _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog)
-        except KeyboardInterrupt:
-            runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
+            _run_logged(spec, run_dir, cache, data_dir, device, progress, log)
+        except UserError:
+            if new_folder:  # ours alone (we hold the lock): leave no folder behind for bad input
+                _remove_if_only_bookkeeping(run_dir)
             raise
-        except BaseException as exc:
-            runlog.write(f"run failed: {type(exc).__name__}: {exc}")
-            raise
-        runlog.write("run finished")
-    return run_dir
+
+
+def _run_logged(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
+                log: Callable[[str], None]) -> None:
+    runlog = RunLog(run_dir, log)
+    runlog.write(f"run started: grid {spec.name} ({spec.source}), {len(spec.surrogates)} surrogate rows, "
+                 f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {device}, git {git_sha()}")
+    try:
+        _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog)
+    except KeyboardInterrupt:
+        runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
+        raise
+    except BaseException as exc:
+        runlog.write(f"run failed: {type(exc).__name__}: {exc}")
+        raise
+    runlog.write("run finished")
 
 
 def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,

@@ -105,7 +105,7 @@ BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
     ("n-start-beyond", "start + n beyond the split", _grid(start=9990, n=100), ["grid"], "outside the 10000 test images"),
     ("seeds-word", "seeds that are not integers", _grid(seeds=["a"]), ["grid"], "seeds must be a list of integers"),
     ("seeds-repeat", "a seed listed twice", _grid(seeds=[0, 0]), ["grid"], "seeds repeat"),
-    ("split", "an unknown split", _grid(split="val"), ["grid"], "split must be test or train"),
+    ("split", "a split CIFAR-10 does not have", _grid(split="val"), ["grid"], "unknown split 'val'"),
     ("size", "an unknown zoo size in the grid", _grid(size="huge"), ["grid"], "size must be one of"),
     ("dataset", "an unknown dataset", _grid(dataset="cifar11"), ["grid"], "did you mean 'cifar10'"),
     ("surrogate-unknown", "a surrogate the zoo lacks", _grid(surrogates=["resnet20_c"]), ["grid"], "resnet20_c"),
