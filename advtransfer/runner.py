@@ -25,7 +25,7 @@ from .metrics import labels
 from .models import zoo
 from .resources import results_dir
 from .store import RunStore
-from .utils import eps_to_str, git_sha, versions
+from .utils import eps_to_str, git_sha, verify_checksum, versions
 
 
 def default_run_dir(spec: GridSpec) -> Path:
@@ -300,6 +300,16 @@ def victims_to_evaluate(store: RunStore, cell: Cell, victims: list[str], shas: d
     return [v for v in victims if v not in done]
 
 
+def _peek_table(path: Path) -> pd.DataFrame | None:
+    """A checked table read without side effects (a corrupt one is reported by the real run)."""
+    if not path.is_file() or verify_checksum(path) is False:
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception:
+        return None
+
+
 def plan_grid(spec: GridSpec, out: str | Path | None = None, cache=None) -> dict:
     """What :func:`run_grid` would do, reading only: the models it would train, and per cell
     whether its examples are cached, which victims it would evaluate, and its cost in passes
@@ -319,12 +329,11 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache=None) -> dict
     for cell in expand_cells(spec, shas):
         pending = any(m in train for m in cell.surrogate.models)
         attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-        cached = not pending and store.adv_path(cell.cell_id).is_file()
+        cached = not pending and store.adv_path(cell.cell_id).is_file() and verify_checksum(store.adv_path(cell.cell_id)) is not False
         if pending or not run_dir.is_dir():
             todo = list(spec.victims)
         else:
-            shard_path = store.shard_path(cell.cell_id)
-            shard = pd.read_parquet(shard_path) if shard_path.is_file() else None
+            shard = _peek_table(store.shard_path(cell.cell_id))
             done = set() if shard is None else {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
             todo = [v for v in spec.victims if v not in done]
         n_models = len(cell.surrogate.models)
