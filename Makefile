@@ -1,5 +1,6 @@
 # advtransfer — every target sets up the virtual environment first (nothing else to install).
 #   make grid ATTACK=mifgsm [GRID=cifar10|grids/x.yaml]   train the zoo if needed, run the grid, plot
+#                                     (without ATTACK: every attack the grid file lists)
 #   make test                                             the whole test suite (what CI runs)
 #   make zoo [SIZE=cpu]   make plot RUN=results/cifar10   make bench
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
@@ -7,7 +8,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-ATTACK ?= mifgsm
+ATTACK ?=
 GRID   ?= cifar10
 RUN    ?= results/$(GRID)
 SIZE   ?= cpu
@@ -37,7 +38,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 grid: $(STAMP)
-	$(BIN)/advtransfer grid $(GRID) --attack $(ATTACK)
+	$(BIN)/advtransfer grid $(GRID) $(if $(ATTACK),--attack $(ATTACK))
 
 zoo: $(STAMP)
 	$(BIN)/advtransfer zoo train --size $(SIZE)
