@@ -42,12 +42,10 @@ class RunStore:
     def __init__(self, run_dir: str | Path, log: Callable[[str], None] = _stderr) -> None:
         self.root = Path(run_dir)
         self.log = log
-        self.rebuilt: list[Path] = []  # corrupt files found (and removed) by this store
 
     def _corrupt(self, path: Path, why: str, action: str) -> None:
         self.log(f"advtransfer: warning: {path} is corrupt ({why}); deleted, {action}")
         remove_checked(path)
-        self.rebuilt.append(path)
 
     def _check(self, path: Path, action: str) -> bool:
         """False (after reporting and deleting the file) when ``path`` fails its checksum."""
