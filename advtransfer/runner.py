@@ -254,10 +254,9 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
     try:
         for cell in bar:
             bar.set_postfix_str(describe(cell), refresh=False)
-            todo = victims_to_evaluate(store, cell, spec.victims, shas)
+            todo, shard = victims_to_evaluate(store, cell, spec.victims, shas)
             if not todo:
                 continue
-            shard = store.read_shard(cell.cell_id)
             attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
             S = build_surrogate_set(cell, models)
             with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not progress) as cbar:
@@ -284,20 +283,19 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         store.merge()  # once per run (and on interruption): finished cells are in the table
 
 
-def victims_to_evaluate(store: RunStore, cell: Cell, victims: list[str], shas: dict[str, str]) -> list[str]:
-    """The victims of ``victims`` the cell still needs: those without a row for the current weights
+def victims_to_evaluate(store: RunStore, cell: Cell, victims: list[str], shas: dict[str, str]
+                        ) -> tuple[list[str], pd.DataFrame | None]:
+    """(victims to evaluate, the cell's sound shard or None). The victims of ``victims`` the cell still needs: those without a row for the current weights
     (``shas``: model → sha256) in a sound shard, or without per-image rows in a sound samples table;
     all of them when its examples are missing or corrupt (they are re-crafted, and every row is
     re-derived from the new ones). Corrupt files are reported and deleted on the way."""
-    if not store.adv_intact(cell.cell_id):
-        return list(victims)
     shard = store.read_shard(cell.cell_id)
-    if shard is None:
-        return list(victims)
+    if not store.adv_intact(cell.cell_id) or shard is None:
+        return list(victims), shard
     done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
     samples = store.read_samples(cell.cell_id)
     done &= set(samples["victim"]) if samples is not None else set()
-    return [v for v in victims if v not in done]
+    return [v for v in victims if v not in done], shard
 
 
 def _peek_table(path: Path) -> pd.DataFrame | None:
