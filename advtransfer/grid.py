@@ -180,6 +180,7 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
               f"parameters of attack {label!r} must be a mapping like {{steps: 10}}, got {params!r}")
         params = dict(params or {})
         name = ATTACKS.canonical(str(params.pop("attack", label)))  # an alias (bim) resolves to its entry
+        _check_grid_level_params({**defaults, **params}, src, str(label))
         entries[str(label)] = AttackEntry(str(label), name, {**defaults, **params})
     if attack:
         chosen = []
@@ -281,6 +282,22 @@ def _check_models(spec: GridSpec) -> None:
     specs = load_specs()
     for name in spec.model_names():
         get_spec(name, specs)
+
+
+#: attack parameters the grid sets for every cell: giving them per attack would be ambiguous
+GRID_LEVEL_PARAMS = {"eps": "eps: [8/255] (a list of radii, one cell each)",
+                     "seed": "seeds: [0, 1] (one cell per seed)"}
+
+
+def _check_grid_level_params(params: dict, src: str, label: str) -> None:
+    """Refuse attack parameters that belong to the grid (eps, seed) and a malformed grad_evals."""
+    for key, where in GRID_LEVEL_PARAMS.items():
+        _need(key not in params, src, f"attack {label!r}: {key} is set for the whole grid, not per attack; "
+                                      f"give it at top level as {where}")
+    if "grad_evals" in params:
+        g = params["grad_evals"]
+        _need(isinstance(g, int) and not isinstance(g, bool) and g >= 1, src,
+              f"attack {label!r}: grad_evals must be a whole number of gradient evaluations >= 1, got {g!r}")
 
 
 def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_models: int):
