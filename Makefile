@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_blackbox.py
+	$(BIN)/python benchmarks/bench_executors.py
 
 # minimal distortion, HopSkipJump yardstick, union over attacks, FiT, SAT; then the report
 distortion: $(STAMP)

@@ -14,6 +14,7 @@ from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_com
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .analysis.cli_golden import add_golden_parser, cmd_golden
 from .errors import UserError
+from .executors import CellsFailed
 
 EPILOG = """\
 examples:
@@ -61,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-n", type=int, help="override the number of images")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     g.add_argument("--no-report", action="store_true", help="do not write RUN/report (comparisons, tables, report.html)")
+    g.add_argument("--executor", help="who runs the cells: serial (default; one after another here), local "
+                                      "(worker processes on this machine: one per GPU, or splitting the CPU cores) "
+                                      "or submitit (Slurm job arrays); default: the grid's executor key, else serial")
+    g.add_argument("--workers", type=int, help="local executor: worker processes (default: one per GPU, else one "
+                                               "per core); submitit with cluster local: array tasks")
+    g.add_argument("--profile", help="submitit executor: YAML file of cluster parameters (cluster, slurm_partition, "
+                                     "gpus_per_node, cpus_per_task, mem_gb, timeout_min, cells_per_task, ...)")
     g.add_argument("--dry-run", action="store_true",
                    help="check everything, then list the cells (cached or not), the models to train and each "
                         "cell's cost in passes; train and write nothing")
@@ -121,13 +129,27 @@ def cmd_grid(args: argparse.Namespace) -> int:
         if args.n <= 0:
             raise UserError(f"-n must be positive, got {args.n}")
         spec.n = args.n
+    from .executors import check_executor, load_profile
     from .validate import preflight
 
+    executor = args.executor or spec.executor
+    workers = args.workers if args.workers is not None else spec.workers
+    check_executor(executor, workers)
+    if executor == "submitit":
+        load_profile(args.profile)
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise UserError("the submitit executor needs submitit: pip install 'advtransfer[slurm]'") from None
+    elif args.profile:
+        raise UserError(f"--profile is read by the submitit executor only, not by {executor!r}; "
+                        "add --executor submitit or drop --profile")
     preflight(spec, args.out, device, args.data_dir, args.cache_dir)  # before any training or writing
     if args.dry_run:
         return _print_plan(spec, args)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress)
+    run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress,
+                       executor=executor, workers=workers, profile=args.profile)
     print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
     print(f"adversarial examples: {run_dir / 'adv'}/")
     if not args.no_plot:
@@ -256,6 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2
+    except CellsFailed as exc:  # not bad input: the other cells finished; the listed ones did not
+        print(f"advtransfer: error: {len(exc.failures)} of {exc.total} cells failed twice (first try and "
+              f"retry); the other cells are in the table; the tracebacks are in {exc.run_dir / 'run.log'}",
+              file=sys.stderr)
+        for cid, err in exc.failures.items():
+            print(f"  cell {cid}: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         what = "SIGTERM" if str(exc) == "SIGTERM" else "interrupted"
         import shlex

@@ -4,7 +4,13 @@ process kill itself with SIGKILL (no cleanup, no ``finally``) the k-th time (def
 
 Points: ``trained`` (models ready), ``adv_saved`` (a cell's examples cached), ``samples_written``
 (its per-image table), ``shard_written`` (its rows), ``merge`` (between results.parquet and
-results.csv).
+results.csv). With ``ADVTRANSFER_KILL_ONCE=<file>`` only the first process to create that file
+is killed (a worker of the local executor, say, whose cells the retry then finishes).
+
+``ADVTRANSFER_FAIL_AT=<point>[:<key>]`` makes :func:`fail` raise :class:`InjectedFault` at ``point``
+(``cell``: a cell on an executor's worker; ``key``: only that cell id), every time, or, with
+``ADVTRANSFER_FAIL_ONCE=<file>``, only in the first process to create that file (a failure the
+executor's retry then recovers).
 """
 from __future__ import annotations
 
@@ -22,5 +28,29 @@ def point(name: str) -> None:
     if where != name:
         return
     _seen[name] = _seen.get(name, 0) + 1
-    if _seen[name] == int(k or 1):
+    if _seen[name] == int(k or 1) and _first_to_claim(os.environ.get("ADVTRANSFER_KILL_ONCE")):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_to_claim(marker: str | None) -> bool:
+    """True without a marker file; with one, True only for the first process to create it."""
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class InjectedFault(RuntimeError):
+    """The failure :func:`fail` raises."""
+
+
+def fail(name: str, key: str = "") -> None:
+    where, _, only = os.environ.get("ADVTRANSFER_FAIL_AT", "").partition(":")
+    if where != name or (only and only != key):
+        return
+    if not _first_to_claim(os.environ.get("ADVTRANSFER_FAIL_ONCE")):
+        return
+    raise InjectedFault(f"injected failure at {name!r} (ADVTRANSFER_FAIL_AT)")

@@ -19,7 +19,7 @@ from .resources import grids_dir
 from .utils import eps_to_str, parse_fraction, short_hash
 
 MATCH_KINDS = ("step", "evals")
-GRID_KEYS = {"matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+GRID_KEYS = {"executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -76,6 +76,8 @@ class GridSpec:
     source: str = ""
     raw: dict = field(default_factory=dict)
     matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
+    executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
+    workers: int | None = None       # local executor: worker processes
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims)
@@ -261,6 +263,12 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     _need(isinstance(matched, list) and all(m in MATCH_KINDS for m in matched), src,
           f"matched must be a list of {', '.join(MATCH_KINDS)} (baselines matched in step size and steps, "
           f"or in step size and gradient evaluations), got {raw.get('matched')!r}")
+    executor, workers = raw.get("executor", "serial"), raw.get("workers")
+    from .executors import EXECUTORS
+
+    _need(executor in EXECUTORS, src, f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+    _need(workers is None or (_is_int(workers) and workers >= 1), src,
+          f"workers must be a whole number >= 1, got {workers!r}")
     size = raw.get("size", "cpu")
     from .config import SIZES
 
@@ -271,7 +279,7 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         batch_size=int(raw.get("batch_size", 250)), seeds=seeds, norm=norm, eps=eps,
         targeted=bool(raw.get("targeted", False)), budget=budget, attacks=attack_list,
         surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw),
-        matched=tuple(dict.fromkeys(matched)))
+        matched=tuple(dict.fromkeys(matched)), executor=executor, workers=workers)
     _check_models(spec)
     return spec
 

@@ -165,14 +165,20 @@ class RunLog:
 
 
 def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir=None, device: str = "cpu",
-             progress: bool = True, log: Callable[[str], None] = print) -> Path:
+             progress: bool = True, log: Callable[[str], None] = print, executor: str = "serial",
+             workers: int | None = None, profile: str | None = None) -> Path:
     """Run every cell of ``spec``; returns the run folder. See the module docstring.
 
     The run folder is locked for the run (:class:`advtransfer.lock.RunLock`: a second run on it
     stops at once naming the holder) and what the run prints goes to ``RUN/run.log`` too. A run
-    that fails on bad input before writing a result removes the folder it created."""
+    that fails on bad input before writing a result removes the folder it created.
+
+    ``executor`` runs the cells (:mod:`advtransfer.executors`): ``serial`` in this process,
+    ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job arrays
+    (``profile``: a YAML file of cluster parameters). Every executor writes the same table."""
     run_dir = Path(out) if out else default_run_dir(spec)
-    _run_with_lock(spec, run_dir, cache, data_dir, device, progress, log)
+    _run_with_lock(spec, run_dir, cache, data_dir, device, progress, log,
+                   dict(executor=executor, workers=workers, profile=profile))
     return run_dir
 
 
@@ -190,13 +196,13 @@ def _remove_if_only_bookkeeping(run_dir: Path) -> None:
 
 
 def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                   log: Callable[[str], None]) -> None:
+                   log: Callable[[str], None], how: dict) -> None:
     from .lock import RunLock
 
     new_folder = not run_dir.exists()
     with RunLock(run_dir):  # raises at once (nothing touched) when another process holds the folder
         try:
-            _run_logged(spec, run_dir, cache, data_dir, device, progress, log)
+            _run_logged(spec, run_dir, cache, data_dir, device, progress, log, how)
         except UserError:
             if new_folder:  # ours alone (we hold the lock): leave no folder behind for bad input
                 _remove_if_only_bookkeeping(run_dir)
@@ -204,12 +210,12 @@ def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, 
 
 
 def _run_logged(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                log: Callable[[str], None]) -> None:
+                log: Callable[[str], None], how: dict) -> None:
     runlog = RunLog(run_dir, log)
     runlog.write(f"run started: grid {spec.name} ({spec.source}), {len(spec.surrogates)} surrogate rows, "
                  f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {device}, git {git_sha()}")
     try:
-        _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog)
+        _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog, **how)
     except KeyboardInterrupt:
         runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
         raise
@@ -219,67 +225,100 @@ def _run_logged(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
     runlog.write("run finished")
 
 
+class CellRunner:
+    """Everything a process needs to run cells of a grid whose models are trained: the data, the
+    models (loaded on first use), the zoo cards and the run folder. The serial executor uses one
+    in the main process; each worker of the parallel executors builds its own
+    (:mod:`advtransfer.executors`). :meth:`run` runs one cell and writes its files only (examples,
+    per-image table, shard), so any number of processes can run different cells of one folder."""
+
+    def __init__(self, spec: GridSpec, run_dir: str | Path, cache=None, data_dir=None, device: str = "cpu",
+                 log: Callable[[str], None] = print, progress: bool = False) -> None:
+        self.spec, self.run_dir, self.device, self.progress = spec, Path(run_dir), device, progress
+        self.log = log
+        self.store = RunStore(self.run_dir, log.warn if isinstance(log, RunLog) else log)
+        self.cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
+        missing = [m for m, c in self.cards.items() if c is None]
+        if missing:
+            raise UserError(f"models {', '.join(missing)} are not trained at size {spec.size}; "
+                            f"run `advtransfer zoo train {' '.join(missing)} --size {spec.size}` first")
+        self.shas = {m: c["sha256"] for m, c in self.cards.items()}
+        self.cells = expand_cells(spec, self.shas)
+        ds = load_dataset(spec.dataset, spec.split, data_dir)
+        self.x, self.y, self.index = eval_subset(ds, spec.n, spec.start)
+        self.models = ModelCache(spec.size, cache, device, data_dir)
+        self.data_dir = data_dir
+        self.sha = git_sha()
+        self.run_id = self.run_dir.name
+
+    def train_data(self, n: int):
+        """The first n training images, for kinds that learn on training data."""
+        return eval_subset(load_dataset(self.spec.dataset, "train", self.data_dir), n)
+
+    def cell(self, cell_id: str) -> Cell:
+        for c in self.cells:
+            if c.cell_id == cell_id:
+                return c
+        raise KeyError(f"cell {cell_id} is not a cell of grid {self.spec.name} with the current weights")
+
+    def run(self, cell: Cell) -> int:
+        """Craft (or load) the cell's examples, evaluate the victims it still needs and write its
+        per-image table and shard. Returns the number of victims evaluated (0: already done)."""
+        spec, store, x, y, index = self.spec, self.store, self.x, self.y, self.index
+        todo, shard = victims_to_evaluate(store, cell, spec.victims, self.shas)
+        if not todo:
+            return 0
+        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+        S = build_surrogate_set(cell, self.models)
+        with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not self.progress) as cbar:
+            ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update)
+            res = craft_or_load(cell, attack, S, ctx, store, self.log)
+        fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha), **res.fields,
+                  "n": len(res.index)}
+        victims = {v: self.models.get(v) for v in todo}
+        with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not self.progress) as vbar:
+            rows, samples = evaluate_cell(res, S, victims, x, y, index, self.models.clean_labels(todo, x), 500,
+                                          self.device, progress=lambda _v: vbar.update(1))
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        rows = [{**fields, **r, "victim_family": self.cards[r["victim"]]["family"],
+                 "is_whitebox": r["victim"] in cell.surrogate.models, "victim_sha": self.shas[r["victim"]],
+                 "device": self.device, "created_at": now} for r in rows]
+        new = schema.conform(pd.DataFrame(rows), schema.RESULTS)
+        if shard is not None:
+            new = pd.concat([shard[~shard["victim"].isin(todo)], new], ignore_index=True)
+        store.write_samples(cell.cell_id, schema.conform(samples.assign(cell_id=cell.cell_id), schema.SAMPLES))
+        faults.point("samples_written")
+        store.write_shard(cell.cell_id, new)
+        faults.point("shard_written")
+        return len(todo)
+
+
 def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                log: Callable[[str], None]) -> None:
+                log: Callable[[str], None], executor: str = "serial", workers: int | None = None,
+                profile: str | None = None) -> None:
+    from .executors import run_cells
+
     store = RunStore(run_dir, log.warn if isinstance(log, RunLog) else log)
     store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
     zoo.ensure_trained(spec.model_names(), spec.size, cache, data_dir, device, progress, log)
     faults.point("trained")
-    cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
-    shas = {m: c["sha256"] for m, c in cards.items()}
-    cells = expand_cells(spec, shas)
-    ds = load_dataset(spec.dataset, spec.split, data_dir)
-    x, y, index = eval_subset(ds, spec.n, spec.start)
-    models = ModelCache(spec.size, cache, device, data_dir)
+    runner = CellRunner(spec, run_dir, cache, data_dir, device, log, progress)
     for m in spec.model_names():  # verify every checkpoint before anything is written
-        models.get(m)
-    sha = git_sha()
-    run_id = run_dir.name
+        runner.models.get(m)
     manifest = store.read_manifest()
     manifest.update({
-        "run_id": run_id, "grid": spec.raw, "grid_file": spec.source, "git_sha": sha, "versions": versions(),
-        "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run_id": runner.run_id, "grid": spec.raw, "grid_file": spec.source, "git_sha": runner.sha,
+        "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",
                                           "provenance", "versions", "method_version")}
-                for m, c in cards.items()},
-        "cells": {**manifest.get("cells", {}), **{c.cell_id: c.config for c in cells}},
+                for m, c in runner.cards.items()},
+        "cells": {**manifest.get("cells", {}), **{c.cell_id: c.config for c in runner.cells}},
     })
     manifest.setdefault("created_at", manifest["updated_at"])
     store.write_manifest(manifest)
-
-    def train_data(n: int):  # the first n training images, for kinds that learn on training data
-        return eval_subset(load_dataset(spec.dataset, "train", data_dir), n)
-
-    bar = tqdm(cells, desc=f"grid {spec.name}", unit="cell", disable=not progress)
     try:
-        for cell in bar:
-            bar.set_postfix_str(describe(cell), refresh=False)
-            todo, shard = victims_to_evaluate(store, cell, spec.victims, shas)
-            if not todo:
-                continue
-            attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-            S = build_surrogate_set(cell, models)
-            with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not progress) as cbar:
-                ctx = CraftContext(x, y, index, spec.batch_size, device, train_data, progress=cbar.update)
-                res = craft_or_load(cell, attack, S, ctx, store, log)
-            fields = {**_cell_fields(spec, cell, attack, run_id, cards, sha), **res.fields, "n": len(res.index)}
-            victims = {v: models.get(v) for v in todo}
-            with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not progress) as vbar:
-                rows, samples = evaluate_cell(res, S, victims, x, y, index, models.clean_labels(todo, x), 500, device,
-                                              progress=lambda _v: vbar.update(1))
-            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            rows = [{**fields, **r, "victim_family": cards[r["victim"]]["family"],
-                     "is_whitebox": r["victim"] in cell.surrogate.models, "victim_sha": shas[r["victim"]],
-                     "device": device, "created_at": now} for r in rows]
-            new = schema.conform(pd.DataFrame(rows), schema.RESULTS)
-            if shard is not None:
-                new = pd.concat([shard[~shard["victim"].isin(todo)], new], ignore_index=True)
-            store.write_samples(cell.cell_id, schema.conform(samples.assign(cell_id=cell.cell_id), schema.SAMPLES))
-            faults.point("samples_written")
-            store.write_shard(cell.cell_id, new)
-            faults.point("shard_written")
+        run_cells(runner, executor, workers=workers, profile=profile, cache=cache, data_dir=data_dir, log=log)
     finally:
-        bar.close()
         store.merge()  # once per run (and on interruption): finished cells are in the table
 
 

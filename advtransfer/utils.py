@@ -189,3 +189,18 @@ def write_table(df, out_dir: str | os.PathLike, stem: str) -> list[Path]:
     with atomic_path(paths[1]) as tmp:
         df.to_csv(tmp, index=False)
     return paths
+
+
+@contextmanager
+def temp_env(**values: Any):
+    """Set environment variables (values turned into strings) for the block, then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

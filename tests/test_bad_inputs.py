@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -84,6 +82,15 @@ BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
     ("grad-evals-word", "grad_evals that is not a whole number", _grid(budget="grad_evals",
                                                                         **_attack("ifgsm", grad_evals="ten")),
      ["grid"], "grad_evals must be a whole number"),
+    ("executor-typo", "--executor with a typo", None, ["grid", "ci", "--executor", "locl"], "did you mean 'local'"),
+    ("executor-key", "an unknown executor in the grid file", _grid(executor="ray9"), ["grid"],
+     "executor must be one of serial, local, submitit"),
+    ("workers-zero", "--workers 0", None, ["grid", "ci", "--executor", "local", "--workers", "0"],
+     "workers must be a whole number >= 1"),
+    ("profile-missing", "a submitit profile that does not exist", None,
+     ["grid", "ci", "--executor", "submitit", "--profile", "{out}-none.yaml"], "does not exist"),
+    ("profile-not-submitit", "--profile without the submitit executor", None,
+     ["grid", "ci", "--profile", "{file}"], "read by the submitit executor only"),
     ("attack-unknown", "an attack name the registry lacks", _grid(**_attack("mi_fgsm")), ["grid"], "did you mean"),
     ("param-unknown", "an attack parameter with a typo", _grid(**_attack("mifgsm", stepz=5)), ["grid"],
      "did you mean 'steps'"),
@@ -189,21 +196,13 @@ def _materialise(tmp: Path, grid, args: list[str]) -> list[str]:
 def run_case(tmp: Path, grid, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, list[Path]]:
     """(exit code, stderr, files under tmp written by the command) for one case, in-process."""
     from advtransfer.cli import main
+    from advtransfer.utils import temp_env
 
     argv = _materialise(tmp, grid, args)
     before = {p for p in tmp.rglob("*")}
     err, out = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            rc = main(argv)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with temp_env(**(env or {})), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = main(argv)
     written = sorted(p for p in tmp.rglob("*") if p not in before)
     return rc, err.getvalue(), written
 

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 CI = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
 KEYS = ["name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds", "norm", "eps",
         "targeted", "budget", "defaults", "attacks", "surrogates", "victims", "matched", "replicates", "reference",
-        "epss", "victim", "x-anchor"]
+        "epss", "victim", "x-anchor", "executor", "workers"]
 MODELS = ["resnet20_a", "vgg_a", "resnet20_b", "vgg_b", "mobilenet_b", "resnet20_at", "resnet20_c", ""]
 ATTACKS = ["ifgsm", "mifgsm", "pgd", "fgsm", "difgsm", "tifgsm", "cwa", "svre", "sgd_uap", "nosuch"]
 PARAMS = ["steps", "alpha", "targeted", "ensemble", "momentum", "kernel_size", "n_craft", "batch", "target_class",
@@ -124,14 +124,16 @@ def test_fuzzed_grid_text(text, tmp_path_factory):
 
 
 FLAGS = {
-    "grid": ["--attack", "--size", "-n", "--device", "--out", "--data-dir", "--cache-dir", "--no-plot"],
+    "grid": ["--attack", "--size", "-n", "--device", "--out", "--data-dir", "--cache-dir", "--no-plot", "--executor",
+             "--workers", "--profile"],
     "plot": [], "report": ["--reference", "--alpha"], "compare": ["--reference", "--alpha"],
     "distortion": ["--victims", "--cap", "--blackbox-budgets", "--blackbox-n", "--blackbox-norms", "--fit-budgets",
                    "--device"],
     "golden": ["--check", "--baseline"], "attacks": [], "zoo list": ["--size"],
 }
 tokens = st.one_of(st.sampled_from(["ci", "cifar10", "mifgsm", "0", "-1", "1e9", "cpu", "cuda", "tpu9", "l2", "linf",
-                                    "x,y", "100,-1", "", "results/none", "/dev/null", "grids/ci.yaml"]),
+                                    "x,y", "100,-1", "", "results/none", "/dev/null", "grids/ci.yaml", "local",
+                                    "submitit", "serial"]),
                    st.text(max_size=10))
 
 

@@ -84,8 +84,8 @@ def test_ci_run_matches_committed_baseline(golden):
     assert meta["threads"] == golden["threads"]
     moved, within = compare_tables(golden["table"], base)
     assert not moved, failure_message(moved, golden["run"], BASELINE, meta=meta, n_rows=len(golden["table"]))
-    # every row of the grid is in the baseline: 3 surrogates x 2 attacks x 2 eps x 1 seed x 6 victims
-    assert len(base) == 72 and base["n"].eq(200).all()
+    # every row of the grid is in the baseline: 3 surrogates x 2 attacks x 2 eps x 1 seed x 5 victims
+    assert len(base) == 60 and base["n"].eq(200).all()
 
 
 def _write_planted_grid(path: Path) -> Path:
@@ -102,7 +102,7 @@ def test_planted_step_size_change_is_caught(golden, capsys):
     # the baseline round-trips: the run matches its own baseline exactly, through the CLI too
     assert check_against_baseline(golden["run"], base_dir) == []
     assert main(["golden", str(golden["run"]), "--check", "--baseline", str(base_dir)]) == 0
-    assert "golden check passed: 72 rows" in capsys.readouterr().out
+    assert "golden check passed: 60 rows" in capsys.readouterr().out
 
     planted = golden["tmp"] / "planted"
     grid = _write_planted_grid(golden["tmp"] / "planted.yaml")
@@ -112,7 +112,7 @@ def test_planted_step_size_change_is_caught(golden, capsys):
     moved = check_against_baseline(planted, base_dir)
     by = {s: [m for m in moved if m.status == s] for s in ("moved", "new", "missing")}
     # the planted run has only ifgsm: every mifgsm row of the baseline is reported missing
-    assert len(by["missing"]) == 36 and {m.key["attack_label"] for m in by["missing"]} == {"mifgsm"}
+    assert len(by["missing"]) == 30 and {m.key["attack_label"] for m in by["missing"]} == {"mifgsm"}
     assert by["new"] == []
     # the step-size change moves ifgsm rows, and only those; each is named with its counts
     assert by["moved"] and {m.key["attack_label"] for m in by["moved"]} == {"ifgsm"}
