@@ -1,5 +1,6 @@
-"""The CLI end to end on the ci grid (real CIFAR-10, ci-size models trained into the test cache),
-resume after a kill (one at random; tests/test_reliability.py kills at every stage), adding a victim without re-crafting, and one-line errors for bad input."""
+"""The CLI end to end on the ci grid (real CIFAR-10, ci-size models trained into the test cache):
+adding a victim without re-crafting, reruns, and one-line errors for bad input (kills and resumes
+are tests/test_reliability.py's)."""
 from __future__ import annotations
 
 import json
