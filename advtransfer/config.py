@@ -5,6 +5,8 @@ import os
 from pathlib import Path
 
 SIZES = ("ci", "cpu", "full")
+#: who runs a grid's cells (advtransfer.executors): here, in worker processes, or as Slurm jobs
+EXECUTORS = ("serial", "local", "submitit")
 
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:

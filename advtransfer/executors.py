@@ -34,13 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .config import EXECUTORS  # noqa: F401  (re-exported: the executor names)
 from .errors import UserError
 
 if TYPE_CHECKING:
+    from .cellrunner import CellRunner
     from .grid import GridSpec
-    from .runner import CellRunner
-
-EXECUTORS = ("serial", "local", "submitit")
 
 
 class CellsFailed(RuntimeError):
@@ -132,7 +131,7 @@ _WORKER: dict[str, Any] = {}
 def _make_runner(spec: "GridSpec", run_dir: str, cache, data_dir, device: str, threads: int, name: str) -> "CellRunner":
     import torch
 
-    from .runner import CellRunner, RunLog
+    from .cellrunner import CellRunner, RunLog
 
     torch.set_num_threads(threads)
     log = RunLog(Path(run_dir), echo=lambda m: print(f"[{name}] {m}", flush=True))
@@ -184,7 +183,7 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
         finally:
             bar.close()
         return
-    from .runner import victims_to_evaluate
+    from .cellrunner import victims_to_evaluate
 
     # cells with nothing left to do are not sent anywhere (a rerun of a finished grid costs no job)
     todo = [c.cell_id for c in cells if victims_to_evaluate(runner.store, c, runner.spec.victims, runner.shas)[0]]

@@ -264,7 +264,7 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
           f"matched must be a list of {', '.join(MATCH_KINDS)} (baselines matched in step size and steps, "
           f"or in step size and gradient evaluations), got {raw.get('matched')!r}")
     executor, workers = raw.get("executor", "serial"), raw.get("workers")
-    from .executors import EXECUTORS
+    from .config import EXECUTORS
 
     _need(executor in EXECUTORS, src, f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
     _need(workers is None or (_is_int(workers) and workers >= 1), src,
