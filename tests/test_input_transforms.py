@@ -69,9 +69,30 @@ def test_sim_gradient_is_the_mean_of_the_scaled_gradients():
     torch.testing.assert_close(x_adv, (x + eps * g.sign()).clamp(0, 1))
 
 
-@pytest.mark.parametrize("name,copies", [("sim", "n_scales"), ("ssa", "n_copies"), ("bsr", "n_copies")])
+@pytest.mark.parametrize("name,copies", [("sim", "n_scales"), ("ssa", "n_copies"), ("bsr", "n_copies"), ("admix", "n_mix")])
 def test_gradient_evaluations_are_steps_times_copies(name, copies):
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10))
     S = SurrogateSet([model, model])
-    create_attack(name, eps=4 / 255, steps=2, **{copies: 3})(S, torch.rand(2, 3, 8, 8), torch.tensor([1, 2]))
-    assert S.grad_evals == 2 * 3 * 2
+    atk = create_attack(name, eps=4 / 255, steps=2, **{copies: 3})
+    if name == "admix":  # 3 mixed-in images x 5 scale copies
+        atk.set_pool(torch.rand(4, 3, 8, 8))
+    atk(S, torch.rand(2, 3, 8, 8), torch.tensor([1, 2]))
+    assert S.grad_evals == 2 * 3 * (5 if name == "admix" else 1) * 2
+
+
+def test_admix_gradient_mixes_pool_images_and_scales():
+    """With a one-image pool the mixed-in image is known: one Admix step without momentum equals a
+    sign step along Σ_i ∇_x L(γ_i·(x + η·p)), computed by hand."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10))
+    x, p = torch.rand(4, 3, 8, 8), torch.rand(1, 3, 8, 8)
+    y = torch.randint(0, 10, (4,))
+    eps, m1, eta = 4 / 255, 3, 0.2
+    atk = create_attack("admix", eps=eps, steps=1, alpha=eps, momentum=0.0, n_scales=m1, n_mix=2, portion=eta)
+    x_adv = atk.set_pool(p)(SurrogateSet(model), x, y)
+    xg = x.clone().requires_grad_(True)
+    loss = sum(nn.functional.cross_entropy(model(2.0 ** -i * (xg + eta * p)), y, reduction="sum") for i in range(m1))
+    (g,) = torch.autograd.grad(loss, xg)
+    torch.testing.assert_close(x_adv, (x + eps * g.sign()).clamp(0, 1))
+    with pytest.raises(Exception, match="differ in size"):
+        atk.set_pool(torch.rand(2, 3, 16, 16))(SurrogateSet(model), x, y)
