@@ -9,7 +9,8 @@ from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
 
 # per-image kinds: every image gets its own perturbation (universal attacks are tested in test_universal.py)
 GRADIENT_ATTACKS = ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")
-SMALL = {"vmifgsm": {"n_samples": 3}}  # keep the suite fast; the formula is checked with these values
+SMALL = {"vmifgsm": {"n_samples": 3}, "sim": {"n_scales": 3}, "ssa": {"n_copies": 3}, "bsr": {"n_copies": 3},
+         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100}}  # keep the suite fast; the formula is checked with these values
 
 
 def _params(name: str, **kw) -> dict:

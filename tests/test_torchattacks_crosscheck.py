@@ -27,6 +27,8 @@ CASES = [
     ("tifgsm", {"alpha": ALPHA, "kernel_size": 5, "nsig": 3.0},
      lambda m: torchattacks.TIFGSM(m, eps=EPS, alpha=ALPHA, steps=STEPS, decay=1.0, kernel_name="gaussian",
                                    len_kernel=5, nsig=3, diversity_prob=0.0)),
+    ("sim", {"alpha": ALPHA, "nesterov": True, "n_scales": 5},
+     lambda m: torchattacks.SINIFGSM(m, eps=EPS, alpha=ALPHA, steps=STEPS, decay=1.0, m=5)),
 ]
 
 

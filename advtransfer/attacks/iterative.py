@@ -60,3 +60,27 @@ class IterativeAttack(Attack):
                 d = g
             x_adv = project(x_adv + self.alpha * ascent_direction(d, self.norm), x, self.eps, self.norm)
         return x_adv
+
+
+class CopyAveragedAttack(IterativeAttack):
+    """MI-FGSM whose gradient at each step is the mean over C copies of the input gradient taken
+    through a transform T_c: g = (1/C)·Σ_c ∇_x L(T_c(x)) (SIM, SSA, BSR). Subclasses give
+    :meth:`copy_transforms`, one callable per copy for the current step. Cost: T·C per model."""
+
+    default_momentum = 1.0
+
+    def n_copies(self) -> int:
+        raise NotImplementedError
+
+    def copy_transforms(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+        raise NotImplementedError
+
+    def gradient(self, S: SurrogateSet, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ts = self.copy_transforms()
+        g = torch.zeros_like(x_adv)
+        for t in ts:
+            g += S.grad(x_adv, y, self.targeted, transform=t)
+        return g / len(ts)
+
+    def grad_evals_formula(self, n_models: int) -> int:
+        return self.steps * self.n_copies() * n_models

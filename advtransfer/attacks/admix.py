@@ -1,0 +1,70 @@
+"""Admix (Wang et al. 2021): MI-FGSM whose gradient is the mean over m2 admixed images
+x + η·x' (x' another image) and m1 scale copies of each, γ_i·(x + η·x'), γ_i = 1/2^i."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from .base import CraftContext, Crafted, SurrogateSet, register_attack
+from .iterative import CopyAveragedAttack
+
+
+@register_attack("admix", kind="gradient", version=1)
+class Admix(CopyAveragedAttack):
+    """Parameters: ``n_scales`` (m1 = 5), ``n_mix`` (m2 = 3), ``portion`` (η = 0.2), ``n_pool``
+    (1000), ``momentum`` (1.0). Cost: T·m1·m2 per model.
+
+    The mixed-in images x' are drawn, per image and step from its own generator, out of the
+    first ``n_pool`` training images (the attacker's own data). The authors' code takes them from
+    the same batch, which would make an image's result depend on the batch it lands in; with a
+    fixed pool it does not. Through the grid the pool comes from the cell's training split; called
+    directly, give it with :meth:`set_pool` (x_pool: M×C×H×W in [0,1]), or the first ``n_pool``
+    CIFAR-10 training images are used."""
+
+    extra_defaults = {**CopyAveragedAttack.extra_defaults, "n_scales": 5, "n_mix": 3, "portion": 0.2,
+                      "n_pool": 1000}
+
+    def init_extra(self, **kwargs):
+        extra = super().init_extra(**kwargs)
+        for key in ("n_scales", "n_mix", "n_pool"):
+            if int(extra[key]) < 1:
+                raise UserError(f"{key} must be >= 1, got {extra[key]}")
+        self._pool: torch.Tensor | None = None
+        return extra
+
+    def set_pool(self, x_pool: torch.Tensor) -> "Admix":
+        """The images mixed in (M×C×H×W in [0,1]); the first ``n_pool`` are used."""
+        self._pool = x_pool[: int(self.extra["n_pool"])].detach()
+        return self
+
+    def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
+        if ctx.train_data is None:
+            raise UserError("admix mixes in training images: the cell gives it no training data")
+        self.set_pool(ctx.train_data(int(self.extra["n_pool"]))[0].to(ctx.device))
+        return super().craft(S, ctx)
+
+    def n_copies(self) -> int:
+        return int(self.extra["n_scales"]) * int(self.extra["n_mix"])
+
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
+        if self._pool is None:
+            from ..data import eval_subset, load_dataset
+
+            if tuple(x.shape[1:]) != (3, 32, 32):
+                raise UserError(f"admix needs images to mix in of the attacked size {tuple(x.shape[1:])}: run it "
+                                "through a grid, or call attack.set_pool(x_train) first")
+            self.set_pool(eval_subset(load_dataset("cifar10", "train"), int(self.extra["n_pool"]))[0])
+        if tuple(self._pool.shape[1:]) != tuple(x.shape[1:]):
+            raise UserError(f"admix: pool images {tuple(self._pool.shape[1:])} differ in size from the attacked "
+                            f"images {tuple(x.shape[1:])}")
+        self._gens = self.rngs(index, "admix")
+
+    def copy_transforms(self):
+        pool, eta = self._pool, float(self.extra["portion"])
+        out = []
+        for _ in range(int(self.extra["n_mix"])):
+            pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in self._gens])
+            other = pool[pick]
+            out += [(lambda x, o=other, s=2.0 ** -i: s * (x + eta * o.to(x)))
+                    for i in range(int(self.extra["n_scales"]))]
+        return out
