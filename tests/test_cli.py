@@ -84,12 +84,28 @@ def test_row_rederived_from_cached_examples(ci_run):
 
 # --- bad input: one line on stderr, exit code 2, nothing written ---------------------------------
 
-def _bad(tmp_path, *args, match: str):
+def _bad(tmp_path, *args, match: str, subprocess: bool = False):
+    """Exit 2, one ``advtransfer: error:`` line containing ``match``, nothing written. In-process
+    (``main``) unless ``subprocess``: one test goes through the installed console entry point,
+    the rest skip a Python start-up each."""
+    import contextlib
+    import io
+
+    from advtransfer.cli import main
+
     out = tmp_path / "never"
-    proc = cli(*args, "--out", str(out), "--no-progress", check=False)
-    assert proc.returncode == 2, proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("advtransfer: error:"), proc.stderr
+    argv = [*args, "--out", str(out), "--no-progress"]
+    if subprocess:
+        proc = cli(*argv, check=False)
+        rc, err = proc.returncode, proc.stderr
+    else:
+        buf = io.StringIO()
+        with contextlib.redirect_stderr(buf), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(argv)
+        err = buf.getvalue()
+    assert rc == 2, err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("advtransfer: error:"), err
     assert match in lines[0], lines[0]
     assert not out.exists(), "bad input must leave nothing half-written"
 
@@ -99,7 +115,7 @@ def test_unknown_attack(tmp_path):
 
 
 def test_unknown_grid(tmp_path):
-    _bad(tmp_path, "grid", "cifar1O", match="did you mean 'cifar10'")
+    _bad(tmp_path, "grid", "cifar1O", match="did you mean 'cifar10'", subprocess=True)
 
 
 def test_unknown_model_in_grid(tmp_path):

@@ -63,7 +63,7 @@ class Admix(CopyAveragedAttack):
         pool, eta = self._pool, float(self.extra["portion"])
         out = []
         for _ in range(int(self.extra["n_mix"])):
-            pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in self._gens])
+            pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in self._gens]).to(pool.device)
             other = pool[pick]
             out += [(lambda x, o=other, s=2.0 ** -i: s * (x + eta * o.to(x)))
                     for i in range(int(self.extra["n_scales"]))]

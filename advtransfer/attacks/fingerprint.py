@@ -28,7 +28,9 @@ from . import ATTACKS, SurrogateSet, create_attack
 
 #: per-attack parameters that keep the fingerprint cheap (and exercise the attack's own options)
 SMALL = {"vmifgsm": {"n_samples": 3}, "svre": {"inner_steps": 2},
-         "sgd_uap": {"n_craft": 6, "batch": 3}, "xtransfer_uap": {"n_craft": 6, "batch": 3, "k": 1}}
+         "sgd_uap": {"n_craft": 6, "batch": 3}, "xtransfer_uap": {"n_craft": 6, "batch": 3, "k": 1},
+         "sim": {"n_scales": 3}, "ssa": {"n_copies": 3}, "bsr": {"n_copies": 3},
+         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100}}
 
 
 def _tiny_net(seed: int) -> nn.Module:

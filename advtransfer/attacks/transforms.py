@@ -112,7 +112,7 @@ def _rotate(x: torch.Tensor, degrees: float) -> torch.Tensor:
     h, w = x.shape[-2:]
     # affine_grid works in normalised coordinates; correct for a non-square strip
     theta = torch.tensor([[math.cos(t), -math.sin(t) * h / w, 0.0],
-                          [math.sin(t) * w / h, math.cos(t), 0.0]], dtype=x.dtype).unsqueeze(0)
+                          [math.sin(t) * w / h, math.cos(t), 0.0]], dtype=x.dtype, device=x.device).unsqueeze(0)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
