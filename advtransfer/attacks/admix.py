@@ -57,6 +57,7 @@ class Admix(CopyAveragedAttack):
         if tuple(self._pool.shape[1:]) != tuple(x.shape[1:]):
             raise UserError(f"admix: pool images {tuple(self._pool.shape[1:])} differ in size from the attacked "
                             f"images {tuple(x.shape[1:])}")
+        self._pool = self._pool.to(device=x.device, dtype=x.dtype)  # once per call, not per copy and step
         self._gens = self.rngs(index, "admix")
 
     def copy_transforms(self):
@@ -65,6 +66,6 @@ class Admix(CopyAveragedAttack):
         for _ in range(int(self.extra["n_mix"])):
             pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in self._gens]).to(pool.device)
             other = pool[pick]
-            out += [(lambda x, o=other, s=2.0 ** -i: s * (x + eta * o.to(x)))
+            out += [(lambda x, o=other, s=2.0 ** -i: s * (x + eta * o))
                     for i in range(int(self.extra["n_scales"]))]
         return out
