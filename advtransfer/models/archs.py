@@ -75,11 +75,15 @@ class _BasicBlock(nn.Module):
         self.short = None
         if stride != 1 or cin != cout:
             self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        # activations as modules (no parameters, so checkpoints are unchanged) so that backward-path
+        # surgery (LinBP, see advtransfer.attacks.surgery) can reach them; bn2 ends the residual branch
+        self.act1 = nn.ReLU()
+        self.act2 = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.act1(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return F.relu(out + (x if self.short is None else self.short(x)))
+        return self.act2(out + (x if self.short is None else self.short(x)))
 
 
 class CifarResNet(nn.Module):
