@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
 
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    la = sub.add_parser("layers", help="list a zoo model's layers (names for the feature-level and "
+                                       "backward-path attacks' layer parameter) with output shapes")
+    la.add_argument("model", help="zoo model name (see advtransfer zoo list)")
+    la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
     add_compare_parser(sub)
     add_report_parser(sub)
     add_distortion_parser(sub)
@@ -253,6 +257,34 @@ def cmd_attacks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_layers(args: argparse.Namespace) -> int:
+    from .attacks.features import list_layers, resolve_layer
+    from .models.catalogue import get_spec
+
+    spec = get_spec(args.model)
+    if spec.pretrained is not None:
+        from .models.pretrained import build_pretrained
+
+        model = build_pretrained(spec, "cpu")
+    else:
+        model = spec.build()  # shapes and names do not depend on the weights: nothing is trained
+    model.eval()
+    infos = list_layers(model)
+    auto = resolve_layer(model, "auto", model_name=args.model) if any(li.candidate for li in infos) else None
+    pen = resolve_layer(model, "penultimate", model_name=args.model)
+    shown = [li for li in infos if args.all or li.candidate or li.name == pen]
+    width = max(len(li.name) for li in shown)
+    print(f"{args.model} ({spec.arch}): {'every module' if args.all else 'block chain'}; "
+          f"layer names as the attacks' layer parameter takes them")
+    for li in shown:
+        mark = "  <- auto" if li.name == auto else ("  <- penultimate (its input)" if li.name == pen else "")
+        tag = "block" if li.candidate else ""
+        print(f"  {li.name:{width}s}  {li.type:20s} {tag:5s} {'x'.join(map(str, li.shape)):>12s}{mark}")
+    if not args.all:
+        print(f"  ({len(infos)} modules in all: --all lists every one)")
+    return 0
+
+
 def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
@@ -273,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
+                "layers": cmd_layers,
                 "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
                 "golden": cmd_golden}[args.cmd](args)
     except UserError as exc:

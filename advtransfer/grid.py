@@ -389,6 +389,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
     :func:`matched_baseline`); a baseline serving several attacks is one cell whose
     ``baseline_for`` lists them."""
     from .attacks import ATTACKS
+    from .attacks.base import PER_IMAGE_KINDS
 
     cells: dict[str, Cell] = {}
 
@@ -416,7 +417,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
                 for seed in spec.seeds:
                     attack = resolve_attack(a, spec, eps, seed, len(s.models))
                     add(s, a, eps, seed, attack)
-                    if is_baseline(a) or ATTACKS.get(a.attack).kind not in ("gradient", "ensemble"):
+                    if is_baseline(a) or ATTACKS.get(a.attack).kind not in PER_IMAGE_KINDS:
                         continue
                     for match in spec.matched:
                         label, params = matched_baseline(attack, match, len(s.models))

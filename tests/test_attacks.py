@@ -6,11 +6,16 @@ import pytest
 import torch
 
 from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
+from advtransfer.attacks.base import PER_IMAGE_KINDS
+from advtransfer.attacks.features import FeatureLevelAttack
 
 # per-image kinds: every image gets its own perturbation (universal attacks are tested in test_universal.py)
-GRADIENT_ATTACKS = ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")
+GRADIENT_ATTACKS = [n for k in PER_IMAGE_KINDS for n in ATTACKS.names(kind=k)]
+# attacks defined without a target (a true-class or label-free objective) are untargeted only
+TARGETED_ATTACKS = [n for n in GRADIENT_ATTACKS if not issubclass(ATTACKS.get(n), FeatureLevelAttack)]
 SMALL = {"vmifgsm": {"n_samples": 3}, "sim": {"n_scales": 3}, "ssa": {"n_copies": 3}, "bsr": {"n_copies": 3},
-         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100}}  # keep the suite fast; the formula is checked with these values
+         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100},
+         "ila": {"base_steps": 2}, "fia": {"n_ens": 3}, "naa": {"n_ens": 3}}  # keep the suite fast; the formula is checked with these values
 
 
 def _params(name: str, **kw) -> dict:
@@ -48,7 +53,7 @@ def test_eps_ball_range_and_grad_evals(name, norm, eps, pair, batch):
     assert S.grad_evals == atk.grad_evals_formula(len(S)) > 0
 
 
-@pytest.mark.parametrize("name", GRADIENT_ATTACKS)
+@pytest.mark.parametrize("name", TARGETED_ATTACKS)
 def test_targeted_mode_moves_towards_the_target(name, pair, batch):
     x, y, idx = batch
     S = SurrogateSet(pair)
@@ -57,7 +62,11 @@ def test_targeted_mode_moves_towards_the_target(name, pair, batch):
     # targeted attacks descend the target class's cross-entropy on (almost) every image
     # (the objective is -CE(target); ci-size models are too weak for a reliable hit-rate band)
     gain = S.objective(x_adv, target, targeted=True) - S.objective(x, target, targeted=True)
-    assert float((gain > 0).float().mean()) >= 0.9
+    # backward-path attacks ascend a deliberately altered gradient (linearised ReLUs, damped
+    # residual branches), not the objective's own: most images, not almost all (a random
+    # direction would give about half)
+    band = 0.75 if name in ("sgm", "linbp") else 0.9
+    assert float((gain > 0).float().mean()) >= band
 
 
 @pytest.mark.parametrize("name", GRADIENT_ATTACKS)

@@ -8,12 +8,16 @@ import torch
 import torch.nn as nn
 
 from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
+from advtransfer.attacks.base import PER_IMAGE_KINDS
+from advtransfer.models.archs import _BasicBlock
 
-GRADIENT_ATTACKS = ATTACKS.names(kind="gradient") + ATTACKS.names(kind="ensemble")  # per-image kinds
+GRADIENT_ATTACKS = [n for k in PER_IMAGE_KINDS for n in ATTACKS.names(kind=k)]
 
 
 def _net() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10)).to("meta")
+    # a ReLU and a residual block, so that the backward-path attacks (sgm, linbp) find their sites
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), _BasicBlock(4, 4, 1), nn.Flatten(),
+                         nn.Linear(4 * 8 * 8, 10)).eval().to("meta")
 
 
 @pytest.mark.parametrize("n_models", [1, 3])

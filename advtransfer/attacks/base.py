@@ -25,9 +25,12 @@ ENSEMBLE_MODES = ("logit", "loss", "prob")
 #: Attack kinds. Every kind implements the one craft protocol (:meth:`Attack.craft`); the runner
 #: never branches on it. ``gradient``: per-image iterative/one-step attacks; ``ensemble``: per-image
 #: attacks whose update uses the surrogate set's members separately; ``universal``: one perturbation
-#: crafted on training images and applied to every test image; ``generative`` and ``feature``:
-#: room for generator-based and feature-level attacks.
+#: crafted on training images and applied to every test image; ``feature``: per-image attacks
+#: whose objective lives at an intermediate layer (ILA, FIA, NAA, DTA, representation-space);
+#: ``generative``: room for generator-based attacks.
 ATTACK_KINDS = ("gradient", "ensemble", "universal", "generative", "feature")
+#: kinds that perturb each image on its own (matched baselines and the generic attack tests apply)
+PER_IMAGE_KINDS = ("gradient", "ensemble", "feature")
 
 
 @dataclass

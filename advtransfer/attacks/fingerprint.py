@@ -30,7 +30,11 @@ from . import ATTACKS, SurrogateSet, create_attack
 SMALL = {"vmifgsm": {"n_samples": 3}, "svre": {"inner_steps": 2},
          "sgd_uap": {"n_craft": 6, "batch": 3}, "xtransfer_uap": {"n_craft": 6, "batch": 3, "k": 1},
          "sim": {"n_scales": 3}, "ssa": {"n_copies": 3}, "bsr": {"n_copies": 3},
-         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100}}
+         "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100},
+         "ila": {"base_steps": 2}, "fia": {"n_ens": 3}, "naa": {"n_ens": 3}}
+
+#: attacks that need model structure the plain tiny nets lack get tiny residual nets instead
+RESIDUAL = {"sgm"}
 
 
 def _tiny_net(seed: int) -> nn.Module:
@@ -43,18 +47,33 @@ def _tiny_net(seed: int) -> nn.Module:
     return net.eval()
 
 
-def fixed_input() -> tuple[list[nn.Module], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Two tiny float64 models, 6 images (float64 in [0,1]), labels and dataset indices."""
+def _tiny_res_net(seed: int) -> nn.Module:
+    """A conv stem, two harness residual blocks (one downsampling) and a linear head."""
+    from ..models.archs import _BasicBlock
+
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), _BasicBlock(6, 6, 1), _BasicBlock(6, 8, 2),
+                        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10)).double()
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    return net.eval()
+
+
+def fixed_input(residual: bool = False) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two tiny float64 models (with residual blocks if ``residual``), 6 images (float64 in
+    [0,1]), labels and dataset indices."""
     g = torch.Generator().manual_seed(12345)
     x = torch.rand(6, 3, 32, 32, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 3, 4, 5])
-    return [_tiny_net(1), _tiny_net(2)], x, y, torch.arange(100, 106)
+    build = _tiny_res_net if residual else _tiny_net
+    return [build(1), build(2)], x, y, torch.arange(100, 106)
 
 
 def fingerprint(name: str) -> str:
     """sha256 (first 16 hex digits) of attack ``name``'s output on :func:`fixed_input`, computed
     with one thread (restored afterwards)."""
-    models, x, y, index = fixed_input()
+    models, x, y, index = fixed_input(residual=name in RESIDUAL)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
