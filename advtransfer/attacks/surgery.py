@@ -8,8 +8,8 @@ unchanged, so predictions and the cached model are untouched).
 - :class:`LinearBackward` (LinBP, Guo et al. 2020): every ReLU from a chosen layer on passes the
   gradient as if it were the identity (the forward pass keeps the ReLU).
 
-Sites are found by structure: the residual blocks of the harness's ResNets and MobileNets, and the
-``BasicBlock``/``Bottleneck`` blocks of timm and torchvision ResNets; ReLUs are ``nn.ReLU`` modules
+Sites are found by structure: the residual blocks of the harness's ResNets and MobileNets, the
+``BasicBlock``/``Bottleneck`` blocks of timm and torchvision ResNets, and timm transformer blocks; ReLUs are ``nn.ReLU`` modules
 (the harness's architectures use modules, not ``F.relu``, for this reason), in module-registration
 order, which is the forward order of the harness's architectures.
 """
@@ -45,7 +45,8 @@ def scale_grad(x: torch.Tensor, s: float) -> torch.Tensor:
 def residual_branch_ends(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """(name, module) whose output ends a residual branch (the tensor added to the skip path), in
     registration order: ``bn2`` of a harness/timm/torchvision basic block, ``bn3`` of a bottleneck,
-    ``block`` of a harness inverted residual that has a skip connection."""
+    ``block`` of a harness inverted residual that has a skip connection, ``ls1`` and ``ls2`` (the
+    attention and MLP branches) of a timm transformer block."""
     from ..models.archs import _BasicBlock, _InvertedResidual
 
     out = []
@@ -57,6 +58,9 @@ def residual_branch_ends(model: nn.Module) -> list[tuple[str, nn.Module]]:
             out.append((f"{name}.bn3", m.bn3))
         elif isinstance(m, _InvertedResidual) and m.residual:
             out.append((f"{name}.block", m.block))
+        elif cls == "Block" and isinstance(getattr(m, "ls1", None), nn.Module) and isinstance(getattr(m, "ls2", None), nn.Module):
+            # timm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x)))
+            out += [(f"{name}.ls1", m.ls1), (f"{name}.ls2", m.ls2)]
     return out
 
 
