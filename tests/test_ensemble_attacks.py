@@ -125,6 +125,41 @@ def test_disagreement_mask_uses_every_model():
     assert float(disagreement_mask([g, g, g], threshold=0.99).min()) == 1.0
 
 
+class _ConstLoss(torch.nn.Module):
+    """Logits whose cross-entropy for class 0 is a chosen positive function of the input's mean."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        z = self.scale * x.flatten(1).mean(1, keepdim=True)
+        return torch.cat([-z, z], 1)  # CE(class 0) = softplus(2z)
+
+
+def test_adaea_weights_follow_the_authors_ratio():
+    """AGM weights against a hand computation: with L_i(x_j) the loss of member i on member j's
+    one-step example, the authors' code scores r_j = Σ_{i≠j} L_i(x_j)/L_i(x_i); version 1 of this
+    harness scored mean_{i≠j} L_i(x_j)/L_j(x_j) (kept as ratio: mean_own)."""
+    models = [_ConstLoss(s) for s in (1.0, 2.0, 4.0)]
+    S = SurrogateSet(models)
+    x = torch.full((1, 3, 4, 4), 0.5)
+    y = torch.zeros(1, dtype=torch.long)
+    grads = [torch.full_like(x, v) for v in (1.0, -1.0, 1.0)]  # members 0 and 2 step up, 1 steps down
+    alpha = 8 / 255
+    x_step = [(x + alpha * torch.sign(g)).clamp(0, 1) for g in grads]
+    L = [[float(F.cross_entropy(models[i](x_step[j]), y)) for i in range(3)] for j in range(3)]
+    authors = [sum(L[j][i] / L[i][i] for i in range(3) if i != j) for j in range(3)]
+    mean_own = [sum(L[j][i] for i in range(3) if i != j) / 2 / L[j][j] for j in range(3)]
+    got = {}
+    for ratio, r in (("authors", authors), ("mean_own", mean_own)):
+        atk = create_attack("adaea", eps=alpha, steps=1, ratio=ratio)
+        got[ratio] = atk.weights(S, x, x, y, grads)[0]
+        torch.testing.assert_close(got[ratio], torch.softmax(10.0 * torch.tensor(r), 0), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got["authors"], got["mean_own"], atol=1e-3)  # the case tells them apart
+    assert create_attack("adaea").params()["ratio"] == "authors"
+
+
 def test_cwa_parameters_and_errors():
     from advtransfer.errors import UserError
 

@@ -3,8 +3,12 @@
 Per step at x_t (everything per sample):
   g_j = ∇L_j(x_t) for each member j (n gradient evaluations);
   AGM (adaptive weights): x_j = Π(x_t + α·dir(g_j)) fools model j in one step; how well it
-  transfers is r_j = mean_{i≠j} L_i(x_j) / L_j(x_j); w = softmax_j(β·r_j), β = 10. (Forward
-  passes only: n² of them, not counted as gradient evaluations.)
+  transfers is r_j = Σ_{i≠j} L_i(x_j) / L_i(x_i) (model i's loss on x_j relative to its loss on
+  its own one-step example, as the authors' code computes it); w = softmax_j(β·r_j), β = 10.
+  ``ratio: mean_own`` gives this harness's version 1 instead, r_j = mean_{i≠j} L_i(x_j) / L_j(x_j)
+  (normalised by the source model's own loss; a mean, so β acts n−1 times weaker). Losses are per
+  image (the authors average them over the batch, which ties an image's weights to its batch).
+  (Forward passes only: n² of them, not counted as gradient evaluations.)
   DRF (disagreement filter): per pixel, the cosine similarity over the colour channels between
   g_i and g_j, averaged over all pairs i ≠ j; pixels whose average is below the threshold
   (−0.3) are masked out. Every model's row enters the average (the public code leaves the last
@@ -21,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..errors import UserError
 from .base import Attack, SurrogateSet, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
@@ -40,12 +45,18 @@ def disagreement_mask(grads: list[torch.Tensor], threshold: float) -> torch.Tens
     return (mean >= threshold).to(grads[0].dtype).unsqueeze(1)
 
 
-@register_attack("adaea", kind="ensemble", version=1)
+RATIOS = ("authors", "mean_own")
+
+
+@register_attack("adaea", kind="ensemble", version=2)
 class AdaEA(Attack):
-    extra_defaults = {"momentum": 1.0, "beta": 10.0, "threshold": -0.3}
+    extra_defaults = {"momentum": 1.0, "beta": 10.0, "threshold": -0.3, "ratio": "authors"}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
-        return {k: float(v) for k, v in take_extra(self, kwargs).items()}
+        extra = take_extra(self, kwargs)
+        if extra["ratio"] not in RATIOS:
+            raise UserError(f"attack 'adaea': ratio must be one of {', '.join(RATIOS)}, got {extra['ratio']!r}")
+        return {k: (v if k == "ratio" else float(v)) for k, v in extra.items()}
 
     @torch.no_grad()
     def weights(self, S: SurrogateSet, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
@@ -55,15 +66,18 @@ class AdaEA(Attack):
         if n < 2:
             return torch.ones(len(x), 1, dtype=x.dtype, device=x.device)
         sign = -1.0 if self.targeted else 1.0
-        r = torch.zeros(len(x), n, dtype=x.dtype, device=x.device)
-        for j, g in enumerate(grads):
+        # L[j][i]: member i's loss on x_j, the one-step example of member j; for targeted attacks
+        # the loss is the target cross-entropy, which the attacker lowers (so the ratio inverts)
+        L = []
+        for g in grads:
             x_j = project(x_adv + self.alpha * ascent_direction(g, self.norm), x, self.eps, self.norm)
-            # the attacker's loss (ascended) of every member on x_j; for targeted attacks the
-            # loss is the target cross-entropy, which the attacker lowers
-            losses = [F.cross_entropy(S.logits(x_j, i), y, reduction="none") for i in range(n)]
-            own = losses[j].clamp_min(1e-12)
-            others = sum(losses[i] for i in range(n) if i != j) / (n - 1)
-            r[:, j] = (others / own) ** sign
+            L.append([F.cross_entropy(S.logits(x_j, i), y, reduction="none").clamp_min(1e-12) for i in range(n)])
+        r = torch.zeros(len(x), n, dtype=x.dtype, device=x.device)
+        for j in range(n):
+            if self.extra["ratio"] == "authors":
+                r[:, j] = sum((L[j][i] / L[i][i]) ** sign for i in range(n) if i != j)
+            else:
+                r[:, j] = (sum(L[j][i] for i in range(n) if i != j) / (n - 1) / L[j][j]) ** sign
         return torch.softmax(self.extra["beta"] * r, dim=1)
 
     def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
