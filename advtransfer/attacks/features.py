@@ -212,11 +212,21 @@ class FeatureLevelAttack:
         return g.detach()
 
 
-def layer_grads(tap: FeatureTap, xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """∂ logit_y / ∂ features at the tap's layer for images ``xs`` (one backward pass; the caller
-    counts it)."""
+#: what a feature-importance gradient differentiates: the true class's logit or its probability
+SCORES = ("logit", "prob")
+
+
+def layer_grads(tap: FeatureTap, xs: torch.Tensor, y: torch.Tensor, score: str = "logit") -> torch.Tensor:
+    """∂ score_y / ∂ features at the tap's layer for images ``xs``, the score being the true
+    class's logit or softmax probability (one backward pass; the caller counts it)."""
     xg = xs.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         f, logits = tap.features(xg)
-        (g,) = torch.autograd.grad(logits.gather(1, y[:, None]).sum(), f)
+        s = logits if score == "logit" else torch.softmax(logits, 1)
+        (g,) = torch.autograd.grad(s.gather(1, y[:, None]).sum(), f)
     return g.detach()
+
+
+def check_score(attack, score: str) -> None:
+    if score not in SCORES:
+        raise UserError(f"attack {attack.name!r}: score must be one of {', '.join(SCORES)}, got {score!r}")

@@ -7,7 +7,7 @@ import torch
 
 from ..errors import UserError
 from .base import register_attack
-from .features import FeatureLevelAttack, layer_grads
+from .features import FeatureLevelAttack, check_score, layer_grads
 from .iterative import IterativeAttack
 
 
@@ -15,11 +15,13 @@ from .iterative import IterativeAttack
 class FIA(FeatureLevelAttack, IterativeAttack):
     """Parameters: ``layer`` (``auto``: the middle block), ``n_ens`` (N = 30 masks, the paper's),
     ``drop_prob`` (0.3: each pixel and channel dropped with this probability, the paper's value for
-    normally trained models), ``momentum`` (1.0). Masks are drawn per image from (seed, dataset
-    index). Cost: (N + T) per model."""
+    normally trained models), ``score`` (``logit``: the true class's logit, as the authors' code;
+    ``prob``: its softmax probability, as torchattack's port), ``momentum`` (1.0). Masks are drawn
+    per image from (seed, dataset index). Cost: (N + T) per model."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "n_ens": 30, "drop_prob": 0.3}
+    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "n_ens": 30, "drop_prob": 0.3,
+                      "score": "logit"}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
@@ -27,6 +29,7 @@ class FIA(FeatureLevelAttack, IterativeAttack):
             raise UserError(f"attack 'fia': n_ens must be >= 1, got {extra['n_ens']}")
         if not 0 <= float(extra["drop_prob"]) < 1:
             raise UserError(f"attack 'fia': drop_prob must be in [0, 1), got {extra['drop_prob']}")
+        check_score(self, extra["score"])
         self.check_untargeted()
         return extra
 
@@ -37,7 +40,7 @@ class FIA(FeatureLevelAttack, IterativeAttack):
         for _ in range(int(self.extra["n_ens"])):
             masks = torch.stack([(torch.rand(x.shape[1:], generator=g) >= p) for g in gens]).to(x.device, x.dtype)
             for i, t in enumerate(T):
-                d = layer_grads(t, x * masks, y)
+                d = layer_grads(t, x * masks, y, self.extra["score"])
                 agg[i] = d if agg[i] is None else agg[i] + d
             S.grad_evals += len(T)
         return [a.flatten(1) / a.flatten(1).norm(dim=1, keepdim=True).clamp_min(1e-12) for a in agg]
