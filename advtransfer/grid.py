@@ -139,6 +139,11 @@ def _check_weights(w: Any, n_models: int, src: str, who: Any) -> None:
                                   f"numbers, not all zero; got {w!r}")
 
 
+def _num_classes(dataset: str) -> int:
+    """Classes of a dataset the harness knows (10 for CIFAR-10; 1000 for ImageNet-style sets)."""
+    return 10 if str(dataset).startswith("cifar10") else 1000
+
+
 def _need(cond: bool, source: str, msg: str) -> None:
     if not cond:
         raise UserError(f"{source}: {msg}")
@@ -183,7 +188,16 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         params = dict(params or {})
         name = ATTACKS.canonical(str(params.pop("attack", label)))  # an alias (bim) resolves to its entry
         _check_grid_level_params({**defaults, **params}, src, str(label))
-        entries[str(label)] = AttackEntry(str(label), name, {**defaults, **params})
+        merged = {**defaults, **params}
+        if merged.get("target") == "all":  # one entry per target class (each leaves its own class out)
+            n_cls = _num_classes(raw.get("dataset", "cifar10"))
+            _need(merged.get("targeted") is True, src, f"attack {label!r}: target: all needs targeted: true")
+            _need(n_cls <= 20, src, f"attack {label!r}: target: all would make {n_cls} entries; name one class "
+                                    f"(target: 3) or use target: random")
+            for c in range(n_cls):
+                entries[f"{label}@t{c}"] = AttackEntry(f"{label}@t{c}", name, {**merged, "target": c})
+            continue
+        entries[str(label)] = AttackEntry(str(label), name, merged)
     if attack:
         chosen = []
         for a in [s.strip() for s in attack.split(",") if s.strip()]:

@@ -21,6 +21,12 @@ from ..registry import Registry
 from ..utils import parse_fraction
 
 ENSEMBLE_MODES = ("logit", "loss", "prob")
+#: attacker losses: ``ce`` (cross-entropy), ``logit`` (the target's logit, or minus the true
+#: class's: Zhao et al. 2021), ``potrip`` (Poincaré distance to the target plus a triplet term
+#: pushing away from the true class: Li et al. 2020; targeted only)
+LOSSES = ("ce", "logit", "potrip")
+#: how a targeted attack picks its target per image (or a class index for one fixed target)
+TARGET_MODES = ("random", "least_likely")
 
 #: Attack kinds. Every kind implements the one craft protocol (:meth:`Attack.craft`); the runner
 #: never branches on it. ``gradient``: per-image iterative/one-step attacks; ``ensemble``: per-image
@@ -107,6 +113,8 @@ class SurrogateSet:
         if ensemble not in ENSEMBLE_MODES:
             raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
         self.ensemble = ensemble
+        self.loss = "ce"
+        self.y_true: torch.Tensor | None = None  # true labels of the batch (Po+Trip's triplet term)
         self.grad_evals = 0
         self.step = 0
 
@@ -184,9 +192,15 @@ class SurrogateSet:
         return [outs[k % len(outs)] for k in range(K)]
 
     def _combine(self, outs: list[torch.Tensor], w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-sample loss of the ensemble of ``outs`` under this set's mode; ``w`` is (n,) or (N, n)."""
+        """Per-sample loss of the ensemble of ``outs`` under this set's mode and loss, signed like
+        cross-entropy (the attacker ascends it untargeted and descends it targeted); ``w`` is (n,)
+        or (N, n)."""
         wcol = [w[..., k] for k in range(len(outs))]  # scalar or N-vector per member
         wrow = [c.unsqueeze(-1) if c.dim() else c for c in wcol]  # broadcast over classes
+        if self.loss == "logit":  # linear in the logits: the three ensemble modes coincide
+            return -sum(wi * o for wi, o in zip(wrow, outs)).gather(1, y[:, None]).squeeze(1)
+        if self.loss == "potrip":
+            return potrip_loss(sum(wi * o for wi, o in zip(wrow, outs)), y, self.y_true)
         if self.ensemble == "logit":
             return F.cross_entropy(sum(wi * o for wi, o in zip(wrow, outs)), y, reduction="none")
         if self.ensemble == "loss":
@@ -209,6 +223,26 @@ class SurrogateSet:
             (g,) = torch.autograd.grad(loss, xg)
         self.grad_evals += sum(self.evals_per_call(i) for i in idx)
         return g.detach()
+
+
+def potrip_loss(logits: torch.Tensor, target: torch.Tensor, y_true: torch.Tensor | None,
+                lam: float = 0.01, margin: float = 0.007, xi: float = 1e-5) -> torch.Tensor:
+    """Po+Trip (Li et al. 2020), per sample, to minimise: the Poincaré distance between the
+    L1-normalised logits u and the clipped one-hot target v = max(onehot(t) − ξ, 0), plus
+    λ·max(D(z, t) − D(z, y) + γ, 0) with D(z, c) = 1 − |z_c|/‖z‖₂ (cosine distance to a one-hot)."""
+    if y_true is None:
+        raise UserError("loss potrip needs the images' true labels (its triplet term); it is a "
+                        "targeted loss: use it with targeted: true")
+    n_cls = logits.shape[1]
+    u = logits / logits.abs().sum(1, keepdim=True).clamp_min(1e-12)
+    v = (F.one_hot(target, n_cls).to(logits.dtype) - xi).clamp_min(0)
+    duv = ((u - v) ** 2).sum(1)
+    denom = ((1 - (u ** 2).sum(1)) * (1 - (v ** 2).sum(1))).clamp_min(1e-12)
+    poincare = torch.acosh(1 + 2 * duv / denom)
+    zn = logits.norm(dim=1).clamp_min(1e-12)
+    d_t = 1 - logits.gather(1, target[:, None]).squeeze(1).abs() / zn
+    d_y = 1 - logits.gather(1, y_true[:, None]).squeeze(1).abs() / zn
+    return poincare + lam * (d_t - d_y + margin).clamp_min(0)
 
 
 def _forward(m: nn.Module, x: torch.Tensor, member_mean: bool = False) -> torch.Tensor:
@@ -241,7 +275,7 @@ class Attack:
 
     def __init__(self, eps: float | str = 8 / 255, norm: str = "linf", steps: int | None = None,
                  alpha: float | str | None = None, targeted: bool = False, seed: int = 0,
-                 ensemble: str = "logit", **kwargs: Any) -> None:
+                 ensemble: str = "logit", loss: str = "ce", target: str | int = "random", **kwargs: Any) -> None:
         self.eps = parse_fraction(eps, "eps")
         if not 0 < self.eps <= 1 and norm == "linf":
             raise UserError(f"eps {eps} is outside (0, 1]; give it in pixel space like 8/255")
@@ -266,6 +300,15 @@ class Attack:
         if ensemble not in ENSEMBLE_MODES:
             raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
         self.ensemble = ensemble
+        if loss not in LOSSES:
+            raise UserError(f"attack {self.name!r}: unknown loss {loss!r}; use one of {', '.join(LOSSES)}")
+        if loss == "potrip" and not targeted:
+            raise UserError(f"attack {self.name!r}: loss potrip is a targeted loss; add targeted: true or use ce/logit")
+        self.loss = loss
+        if not (target in TARGET_MODES or (_is_int(target) and 0 <= target < 1000)):
+            raise UserError(f"attack {self.name!r}: target must be {', '.join(TARGET_MODES)} or a class index "
+                            f"(a grid also takes target: all), got {target!r}")
+        self.target = target
         self.extra = self.init_extra(**kwargs)
 
     # --- hooks for subclasses -------------------------------------------------------------
@@ -287,20 +330,29 @@ class Attack:
     # --- public API -------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
         """Resolved parameters (JSON-able), as recorded in the results table."""
-        return {"eps": self.eps, "norm": self.norm, "steps": self.steps, "alpha": self.alpha,
-                "targeted": self.targeted, "seed": self.seed, "ensemble": self.ensemble, **self.extra}
+        out = {"eps": self.eps, "norm": self.norm, "steps": self.steps, "alpha": self.alpha,
+               "targeted": self.targeted, "seed": self.seed, "ensemble": self.ensemble, **self.extra}
+        # recorded only when not the default, so the cell ids of earlier runs stay valid
+        if self.loss != "ce":
+            out["loss"] = self.loss
+        if self.targeted and self.target != "random":
+            out["target"] = self.target
+        return out
 
     def __call__(self, surrogate: SurrogateSet | nn.Module | Sequence[nn.Module], x: torch.Tensor,
-                 y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+                 y: torch.Tensor, index: torch.Tensor | None = None, y_true: torch.Tensor | None = None) -> torch.Tensor:
         """Craft adversarial examples.
 
         x: N×C×H×W in [0,1]; y: labels N (the *target* labels when ``targeted``); index: dataset
-        indices N (seeds the per-image randomness; defaults to 0..N-1). Returns x_adv, same shape,
-        with ‖x_adv − x‖ ≤ ε per sample and x_adv in [0,1]. ``surrogate.grad_evals`` afterwards
-        holds the gradient evaluations spent per image.
+        indices N (seeds the per-image randomness; defaults to 0..N-1); y_true: the true labels
+        when ``targeted`` (needed by loss potrip). Returns x_adv, same shape, with ‖x_adv − x‖ ≤ ε
+        per sample and x_adv in [0,1]. ``surrogate.grad_evals`` afterwards holds the gradient
+        evaluations spent per image.
         """
         S = surrogate if isinstance(surrogate, SurrogateSet) else SurrogateSet(surrogate)
         S.ensemble = self.ensemble
+        S.loss = self.loss
+        S.y_true = y_true if self.targeted else y
         S.reset()
         if index is None:
             index = torch.arange(len(x))
@@ -316,17 +368,39 @@ class Attack:
         The per-image default runs :meth:`__call__` on the context's images in batches of
         ``ctx.batch_size``; targeted attacks aim at :func:`make_targets` (seeded by image).
         """
-        target = make_targets(ctx.y, ctx.index, self.seed) if self.targeted else None
-        goal = target if target is not None else ctx.y
-        outs, evals = [], 0
         t0 = time.perf_counter()
-        for s in range(0, len(ctx.x), ctx.batch_size):
-            xb = ctx.x[s:s + ctx.batch_size].to(ctx.device)
-            outs.append(self(S, xb, goal[s:s + ctx.batch_size].to(ctx.device), ctx.index[s:s + ctx.batch_size]).cpu())
+        x_all, y_all, index = ctx.x, ctx.y, ctx.index
+        target = self.choose_targets(S, ctx) if self.targeted else None
+        if self.targeted and _is_int(self.target):  # one fixed target: its own class's images leave
+            keep = y_all != self.target
+            x_all, y_all, index, target = x_all[keep], y_all[keep], index[keep], target[keep]
+        goal = target if target is not None else y_all
+        outs, evals = [], 0
+        for s in range(0, len(x_all), ctx.batch_size):
+            xb = x_all[s:s + ctx.batch_size].to(ctx.device)
+            outs.append(self(S, xb, goal[s:s + ctx.batch_size].to(ctx.device), index[s:s + ctx.batch_size],
+                             y_true=y_all[s:s + ctx.batch_size].to(ctx.device)).cpu())
             evals = max(evals, S.grad_evals)
             if ctx.progress is not None:
                 ctx.progress(len(xb))
-        return Crafted(torch.cat(outs).float(), ctx.index, target, int(evals), time.perf_counter() - t0)
+        if ctx.progress is not None and len(x_all) < len(ctx.x):
+            ctx.progress(len(ctx.x) - len(x_all))
+        return Crafted(torch.cat(outs).float(), index, target, int(evals), time.perf_counter() - t0)
+
+    def choose_targets(self, S: SurrogateSet, ctx: CraftContext) -> torch.Tensor:
+        """Target labels (N) for a targeted attack: ``random`` (≠ y, seeded per image), the
+        surrogate set's ``least_likely`` class other than y on the clean image (forward passes,
+        not counted as gradient evaluations), or one fixed class (images of that class are left out)."""
+        if self.target == "random":
+            return make_targets(ctx.y, ctx.index, self.seed)
+        if self.target == "least_likely":
+            out = []
+            for s in range(0, len(ctx.x), ctx.batch_size):
+                z = S.mean_logits(ctx.x[s:s + ctx.batch_size].to(ctx.device)).cpu()
+                z[torch.arange(len(z)), ctx.y[s:s + ctx.batch_size]] = float("inf")  # never the true class
+                out.append(z.argmin(1))
+            return torch.cat(out)
+        return torch.full_like(ctx.y, int(self.target))
 
     def rngs(self, index: torch.Tensor, stream: str = "") -> list[torch.Generator]:
         """One generator per image, seeded from (attack seed, dataset index, stream)."""

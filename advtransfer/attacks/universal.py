@@ -50,6 +50,8 @@ class UniversalAttack(Attack):
             raise UserError(f"attack {self.name!r}: decay must be in (0, 1] and beta positive")
         extra["decay"], extra["beta"] = float(extra["decay"]), float(extra["beta"])
         extra["target_class"] = int(extra["target_class"])
+        if self.target != "random":
+            raise UserError(f"attack {self.name!r}: a universal perturbation has one target: set target_class, not target")
         return extra
 
     def grad_evals_formula(self, n_models: int) -> int:
