@@ -36,6 +36,7 @@ class ModelCache:
         self.size, self.cache, self.device, self.data_dir = size, cache, device, data_dir
         self._models: dict[str, nn.Module] = {}
         self._clean: dict[str, torch.Tensor] = {}
+        self.fitted: dict[str, dict] = {}  # posterior smoothing: effective (fitted) parameters by surrogate key
 
     def get(self, name: str) -> nn.Module:
         if name not in self._models:
@@ -48,6 +49,16 @@ class ModelCache:
         from .models.collections import build_collection, is_collection
 
         card = zoo.read_card(name, self.size, self.cache) or {}
+        if options and "posterior" in options:
+            if is_collection(card):
+                raise UserError(f"posterior smoothing wraps a single trained model; {name!r} is a collection")
+            key = f"{name}|{json.dumps(options, sort_keys=True)}"
+            if key not in self._models:
+                from .models.collections import build_posterior
+
+                self._models[key], params = build_posterior(name, self.get(name), card, dict(options), self.data_dir)
+                self.fitted[key] = params
+            return self._models[key]
         if not is_collection(card):
             if options:
                 raise UserError(f"surrogate options {sorted(options)} need a collection; {name!r} is a single model")
@@ -79,7 +90,7 @@ def surrogate_kind(cell: Cell, cards: dict[str, dict]) -> str:
     return cards[cell.surrogate.models[0]].get("kind", "single")
 
 
-def surrogate_params(cell: Cell, cards: dict[str, dict]) -> str:
+def surrogate_params(cell: Cell, cards: dict[str, dict], fitted: dict[str, dict] | None = None) -> str:
     """JSON of how the surrogate was trained (card ``surrogate_params``: rho, K, epoch, ...) and
     how a collection is drawn (grid options); keyed by model name for a set of several."""
     from .models.collections import is_collection
@@ -92,13 +103,18 @@ def surrogate_params(cell: Cell, cards: dict[str, dict]) -> str:
             if card.get("kind") != "swag":
                 p.setdefault("K", len(card.get("members", [])))
             p.update(dict(cell.surrogate.options))
+        elif "posterior" in dict(cell.surrogate.options):  # smoothing around a single model: its fitted scales
+            opts = dict(cell.surrogate.options)
+            p.update(opts)
+            p.update((fitted or {}).get(f"{m}|{json.dumps(opts, sort_keys=True)}", {}))
         return p
 
     ms = cell.surrogate.models
     return json.dumps(one(ms[0]) if len(ms) == 1 else {m: one(m) for m in ms}, sort_keys=True, default=str)
 
 
-def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[str, dict], sha: str) -> dict:
+def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[str, dict], sha: str,
+                 fitted: dict[str, dict] | None = None) -> dict:
     p = cell.config["attack_params"]
     return {
         "run_id": run_id, "cell_id": cell.cell_id, "dataset": spec.dataset, "split": spec.split,
@@ -109,7 +125,7 @@ def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[st
         "ensemble": p.get("ensemble", "logit"), "match": cell.attack.match, "baseline_for": cell.attack.baseline_for,
         "surrogate": cell.surrogate.name, "surrogate_base": cell.surrogate.base or cell.surrogate.name,
         "replicate": cell.surrogate.replicate, "surrogate_kind": surrogate_kind(cell, cards),
-        "surrogate_params": surrogate_params(cell, cards), "n_surrogates": len(cell.surrogate.models),
+        "surrogate_params": surrogate_params(cell, cards, fitted), "n_surrogates": len(cell.surrogate.models),
         "surrogate_sha": "+".join(cards[m]["sha256"] for m in cell.surrogate.models), "zoo_size": spec.size,
         "git_sha": sha, "advtransfer_version": __version__, "torch_version": torch.__version__,
     }
@@ -209,7 +225,7 @@ class CellRunner:
         with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not self.progress) as cbar:
             ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update)
             res = craft_or_load(cell, attack, S, ctx, store, self.log)
-        fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha), **res.fields,
+        fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.fitted), **res.fields,
                   "n": len(res.index)}
         victims = {v: self.models.get(v) for v in todo}
         with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not self.progress) as vbar:

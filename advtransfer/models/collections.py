@@ -25,7 +25,12 @@ from .loading import load_members, load_states
 COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",
                       "seed": "seed of the shuffled cycle / SWAG samples",
                       "scale": "SWAG sample scale s", "mode": "SWAG diag or lowrank",
-                      "bn_images": "training images for SWAG BatchNorm refresh (0: none)"}
+                      "bn_images": "training images for SWAG BatchNorm refresh (0: none)",
+                      "posterior": "gaussian: posterior smoothing around a single trained model (TASAR-style)",
+                      "weight_scale": "posterior smoothing: relative weight noise sigma_w, or auto (fitted)",
+                      "input_scale": "posterior smoothing: input noise sigma_x in pixels, or auto (fitted)",
+                      "fit_drop": "posterior smoothing: accuracy drop the fitted scales may cost (default 0.05)"}
+POSTERIOR_OPTIONS = ("posterior", "weight_scale", "input_scale", "fit_drop")
 
 
 def check_options(options: dict, source: str = "") -> None:
@@ -37,6 +42,16 @@ def check_options(options: dict, source: str = "") -> None:
         raise UserError(f"{source}per_step must be a positive integer, got {options['per_step']!r}")
     if "mode" in options and options["mode"] not in ("diag", "lowrank"):
         raise UserError(f"{source}SWAG mode must be diag or lowrank, got {options['mode']!r}")
+    if "posterior" in options and options["posterior"] != "gaussian":
+        raise UserError(f"{source}posterior must be gaussian, got {options['posterior']!r}")
+    for k in ("weight_scale", "input_scale"):
+        v = options.get(k, "auto")
+        if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)):
+            raise UserError(f"{source}{k} must be auto or a number >= 0, got {v!r}")
+    if "fit_drop" in options and not (isinstance(options["fit_drop"], (int, float)) and 0 < options["fit_drop"] < 1):
+        raise UserError(f"{source}fit_drop must be a number in (0, 1), got {options['fit_drop']!r}")
+    if any(k in options for k in POSTERIOR_OPTIONS[1:]) and "posterior" not in options:
+        raise UserError(f"{source}weight_scale, input_scale and fit_drop need posterior: gaussian")
 
 
 class _Collection(nn.Module):
@@ -201,3 +216,108 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
 def is_collection(card: dict) -> bool:
     """Whether a zoo card describes a multi-sample surrogate (several members, or SWAG)."""
     return card.get("kind") == "swag" or len(card.get("members", [""])) > 1
+
+
+class PosteriorSmoothing(_Collection):
+    """Posterior smoothing around one trained surrogate (after TASAR's post-train sampling): each
+    draw perturbs every weight multiplicatively, w·(1 + σ_w·z), z ~ N(0, 1) per parameter entry
+    (BatchNorm statistics kept), and the input additively, x + σ_x·ξ, ξ ~ N(0, 1) per pixel; an
+    attack through it ascends the loss averaged over K = ``per_step`` draws per iteration.
+
+    σ_w and σ_x are fitted after training (:func:`fit_posterior_scales`) or given. Draws come from
+    the collection's generator, reseeded at every attack call; the input noise is one C×H×W field
+    per draw shared by the batch's images, so an image's result never depends on its batch.
+    Predictions (``mean_logits``) use the unperturbed model.
+    """
+
+    def __init__(self, model: nn.Module, weight_scale: float, input_scale: float, per_step: int = 1,
+                 seed: int = 0) -> None:
+        import copy
+
+        if weight_scale < 0 or input_scale < 0:
+            raise UserError("posterior smoothing: weight_scale and input_scale must be >= 0")
+        self.weight_scale, self.input_scale = float(weight_scale), float(input_scale)
+        super().__init__(per_step, seed)
+        self.mean_model = model
+        self.workers = nn.ModuleList([copy.deepcopy(model).eval() for _ in range(per_step)])
+        self._noise: list[torch.Tensor | None] = [None] * per_step
+
+    @torch.no_grad()
+    def _draw(self, k: int) -> nn.Module:
+        w = self.workers[k]
+        for (_, p), (_, p0) in zip(w.named_parameters(), self.mean_model.named_parameters()):
+            z = torch.randn(p.shape, generator=self._gen).to(p.device, p.dtype)
+            p.copy_(p0 * (1 + self.weight_scale * z))
+        self._noise[k] = torch.randn(self._input_shape, generator=self._gen) if self.input_scale > 0 else None
+        return w
+
+    _input_shape: tuple[int, ...] = (3, 32, 32)
+
+    def draw_logits(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        self._input_shape = tuple(x.shape[1:])
+        net = self.draws()[k]
+        xi = self._noise[k]
+        if xi is not None:
+            x = x + self.input_scale * xi.to(x.device, x.dtype)
+        return net(x)
+
+    @torch.no_grad()
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean_model(x)
+
+
+@torch.no_grad()
+def fit_posterior_scales(model: nn.Module, x: torch.Tensor, y: torch.Tensor, max_drop: float = 0.05,
+                         draws: int = 4, seed: int = 0, iters: int = 8) -> tuple[float, float]:
+    """(σ_w, σ_x): for each, the largest scale (bisection in [0, 1] for σ_w, relative; [0, 0.5]
+    for σ_x, pixel units) at which the model's mean accuracy over ``draws`` draws on the held-out
+    images ``x`` (pixels in [0,1]) stays within ``max_drop`` of its clean accuracy."""
+    base = float((model(x).argmax(1) == y).float().mean())
+
+    def acc(ws: float, xs: float) -> float:
+        coll = PosteriorSmoothing(model, ws, xs, per_step=1, seed=seed)
+        total = 0.0
+        for _ in range(draws):
+            coll.advance()
+            total += float((coll.draw_logits(x, 0).argmax(1) == y).float().mean())
+        return total / draws
+
+    def largest(f, hi: float) -> float:
+        lo = 0.0
+        for _ in range(iters):
+            mid = (lo + hi) / 2
+            if f(mid) >= base - max_drop:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    ws = largest(lambda s: acc(s, 0.0), 1.0)
+    xs = largest(lambda s: acc(0.0, s), 0.5)
+    return ws, xs
+
+
+def build_posterior(name: str, model: nn.Module, card: dict, options: dict[str, Any], data_dir=None,
+                    n_fit: int = 1000) -> tuple[PosteriorSmoothing, dict]:
+    """Posterior smoothing around the trained single model ``name`` with grid ``options``; scales
+    given as ``auto`` are fitted on ``n_fit`` training images the recipe did not train on (the
+    tail of the training split; with a recipe that uses every training image, its last ``n_fit``).
+    Returns (module, the effective parameters, fitted scales included)."""
+    check_options(options, f"surrogate {name}: ")
+    ws, xs = options.get("weight_scale", "auto"), options.get("input_scale", "auto")
+    params = {"posterior": "gaussian", "per_step": int(options.get("per_step", 1)), "seed": int(options.get("seed", 0))}
+    if "auto" in (ws, xs):
+        from ..data import load_dataset
+
+        data = load_dataset(card.get("dataset", "cifar10"), "train", data_dir)
+        used = int((card.get("recipe") or {}).get("train_subset") or len(data))
+        start = used if len(data) - used >= n_fit else len(data) - n_fit
+        x, y = data.tensors(list(range(start, start + n_fit)))[:2]
+        dev = next(model.parameters()).device
+        drop = float(options.get("fit_drop", 0.05))
+        fw, fx = fit_posterior_scales(model, x.to(dev), y.to(dev), drop, seed=params["seed"])
+        ws = fw if ws == "auto" else ws
+        xs = fx if xs == "auto" else xs
+        params.update(fit_drop=drop, fit_images=f"train {start}..{start + n_fit - 1}")
+    params.update(weight_scale=float(ws), input_scale=float(xs))
+    return PosteriorSmoothing(model, float(ws), float(xs), params["per_step"], params["seed"]), params
