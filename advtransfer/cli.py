@@ -88,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
 
     sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    ps = sub.add_parser("pas", help="search a backpropagation path for a surrogate (PAS-style): one-step "
+                                     "attacks on held-out training images scored on validation models you own")
+    ps.add_argument("model", help="the surrogate (a trained single zoo model)")
+    ps.add_argument("--validators", required=True,
+                    help="comma-separated zoo models that score the paths (the attacker's own models, never the victims)")
+    ps.add_argument("--n", type=int, default=500, help="held-out training images to score on (default 500)")
+    ps.add_argument("--budget", type=int, default=40, help="candidate paths sampled (default 40)")
+    ps.add_argument("--eps", default="8/255", help="one-step size (default 8/255)")
+    ps.add_argument("--seed", type=int, default=0)
+    ps.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
+    ps.add_argument("--out", help="also write the scored paths as JSON here")
+    _common(ps)
     la = sub.add_parser("layers", help="list a zoo model's layers (names for the feature-level and "
                                        "backward-path attacks' layer parameter) with output shapes")
     la.add_argument("model", help="zoo model name (see advtransfer zoo list)")
@@ -257,6 +269,46 @@ def cmd_attacks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pas(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .attacks.pas import search_path
+    from .config import default_size
+    from .data import load_dataset
+    from .models import zoo
+    from .utils import parse_fraction
+
+    device = _setup_env(args)
+    size = args.size or default_size()
+    validators = [v.strip() for v in args.validators.split(",") if v.strip()]
+    if not validators or args.model in validators:
+        raise UserError("--validators needs one or more zoo models other than the surrogate")
+    if args.n < 1 or args.budget < 0:
+        raise UserError("--n must be >= 1 and --budget >= 0")
+    eps = parse_fraction(args.eps, "eps")
+    zoo.ensure_trained([args.model, *validators], size, args.cache_dir, args.data_dir, device, not args.no_progress)
+    card = zoo.read_card(args.model, size, args.cache_dir) or {}
+    model = zoo.load_model(args.model, size, args.cache_dir, device)
+    vals = [zoo.load_model(v, size, args.cache_dir, device) for v in validators]
+    data = load_dataset(card.get("dataset", "cifar10"), "train", args.data_dir)
+    used = int((card.get("recipe") or {}).get("train_subset") or len(data))
+    start = used if len(data) - used >= args.n else len(data) - args.n
+    x, y = data.tensors(list(range(start, start + args.n)))[:2]
+    print(f"path search for {args.model} on training images {start}..{start + args.n - 1} "
+          f"(not in its recipe's subset), scored on {', '.join(validators)}; {args.budget} candidates")
+    res = search_path(model, vals, x.to(device), y.to(device), eps, args.budget, args.seed, log=print)
+    best = res["best"]
+    refs = res["references"]
+    print("references: " + ", ".join(f"{k} {v['score']:.3f}" for k, v in refs.items()))
+    print(f"best ({best['label']}, one-step ASR {best['score']:.3f}); as grid parameters:")
+    print(f"  pas: {{gammas: {best['gammas']}, deltas: {best['deltas']}}}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"model": args.model, "validators": validators, "images": [start, start + args.n],
+                                              "eps": eps, "seed": args.seed, **res}, indent=1))
+    return 0
+
+
 def cmd_layers(args: argparse.Namespace) -> int:
     from .attacks.features import list_layers, resolve_layer
     from .models.catalogue import get_spec
@@ -305,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "layers": cmd_layers,
+                "layers": cmd_layers, "pas": cmd_pas,
                 "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
                 "golden": cmd_golden}[args.cmd](args)
     except UserError as exc:

@@ -173,3 +173,45 @@ def test_feature_objectives_move_their_features(trained, test_data):
         guide = (fb - f0) / (fb - f0).norm(dim=1, keepdim=True)
         proj = lambda f: ((f - f0) * guide).sum(1)
         assert float((proj(fi) > proj(fb)).float().mean()) >= 0.8
+
+
+def test_skipconv_gradient_is_centre_plus_delta_times_the_rest(small_batch):
+    """One 3×3 convolution reparameterised as centre tap + rest: the forward value is exactly the
+    convolution's, the input gradient is linear in δ (centre path + δ · off-centre path)."""
+    from advtransfer.attacks.pas import PathDecay
+
+    x, y = small_batch
+    model = _init(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 10)), 5)
+
+    def run(delta: float):
+        with applied(PathDecay([1.0] * 3, [delta] * 3), [model], require=False) as counts:
+            assert counts == ([0] if delta == 1.0 else [1])
+            return model(x), _input_grad(model, x, y)
+
+    (o1, g1), (o0, g0), (oh, gh) = run(1.0), run(1e-12), run(0.25)
+    torch.testing.assert_close(oh, o1, rtol=0, atol=0)
+    torch.testing.assert_close(gh, 0.75 * g0 + 0.25 * g1, rtol=1e-8, atol=1e-10)
+    # δ → 0 keeps only the centre tap: the gradient of the 1×1 convolution with the centre weights
+    centre = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Flatten(), nn.Linear(256, 10)).double()
+    with torch.no_grad():
+        centre[0].weight.copy_(model[0].weight[:, :, 1:2, 1:2])
+        centre[0].bias.copy_(model[0].bias)
+        centre[2].load_state_dict(model[2].state_dict())
+    xg = x.clone().requires_grad_(True)
+    # the loss's value at the real logits, its gradient through the centre path only
+    logits = model(x).detach() + centre(xg) - centre(xg).detach()
+    (expect,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), xg)
+    torch.testing.assert_close(g0, expect, rtol=1e-8, atol=1e-10)
+
+
+def test_pas_search_command(capsys, trained):
+    from advtransfer.cli import main
+
+    trained("resnet20_a"), trained("vgg_a")
+    assert main(["pas", "resnet20_a", "--validators", "vgg_a", "--size", "ci", "--n", "48", "--budget", "2",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "references: plain" in out and "pas: {gammas: [" in out
+    assert main(["pas", "resnet20_a", "--validators", "resnet20_a", "--size", "ci"]) == 2
+    with pytest.raises(UserError, match="gammas must be a list of 3"):
+        create_attack("pas", gammas=[0.5, 0.5])

@@ -6,7 +6,7 @@ Every attack takes pixels in [0,1] (N×C×H×W), ε in that space (e.g. 8/255), 
 from .base import ATTACKS, Attack, SurrogateSet, create_attack, register_attack
 from . import fgsm, ifgsm, pgd, mifgsm, nifgsm, difgsm, tifgsm, vmifgsm  # noqa: F401  (registration)
 from . import sim, ssa, bsr, admix  # noqa: F401  (input-transformation attacks)
-from . import sgm, linbp  # noqa: F401  (backward-path attacks)
+from . import sgm, linbp, pas  # noqa: F401  (backward-path attacks)
 from . import ila, fia, naa, dta, repr_push  # noqa: F401  (feature-level attacks)
 from . import sgd_uap, xtransfer_uap  # noqa: F401  (universal perturbations)
 from . import svre, adaea, cwa, cwa_sam, cwa_cse  # noqa: F401  (ensemble attacks)

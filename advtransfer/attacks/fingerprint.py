@@ -31,10 +31,11 @@ SMALL = {"vmifgsm": {"n_samples": 3}, "svre": {"inner_steps": 2},
          "sgd_uap": {"n_craft": 6, "batch": 3}, "xtransfer_uap": {"n_craft": 6, "batch": 3, "k": 1},
          "sim": {"n_scales": 3}, "ssa": {"n_copies": 3}, "bsr": {"n_copies": 3},
          "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100},
-         "ila": {"base_steps": 2}, "fia": {"n_ens": 3}, "naa": {"n_ens": 3}}
+         "ila": {"base_steps": 2}, "fia": {"n_ens": 3}, "naa": {"n_ens": 3},
+         "pas": {"gammas": [0.5, 0.8, 1.0], "deltas": [0.5, 1.0, 0.75]}}
 
 #: attacks that need model structure the plain tiny nets lack get tiny residual nets instead
-RESIDUAL = {"sgm"}
+RESIDUAL = {"sgm", "pas"}
 
 
 def _tiny_net(seed: int) -> nn.Module:

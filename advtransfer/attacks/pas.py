@@ -1,0 +1,143 @@
+"""PAS-style backpropagation path search (after Zhang et al.'s PAS): MI-FGSM through a searched
+backward path. A path decays, per stage s of the surrogate (its sites split into three contiguous
+thirds in forward order), the gradient through residual branches by γ_s (SGM's decay) and the
+gradient through the off-centre taps of every 3×3 convolution by δ_s (SkipConv: the kernel
+reparameterised as its centre tap, the skip, plus the rest, the residual; the forward value is
+unchanged). :func:`search_path` scores candidate paths with a one-step attack on held-out images
+of the surrogate's own data against validation models the attacker owns (never the victims).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import UserError
+from .base import register_attack
+from .iterative import IterativeAttack
+from .surgery import Surgery, applied, residual_branch_ends, scale_grad
+
+N_STAGES = 3
+
+
+def _thirds(items: list) -> list[list]:
+    """``items`` split into three contiguous groups (sizes differ by at most one)."""
+    n = len(items)
+    cuts = [round(n * k / N_STAGES) for k in range(N_STAGES + 1)]
+    return [items[cuts[k]:cuts[k + 1]] for k in range(N_STAGES)]
+
+
+def skipconv_sites(model: nn.Module) -> list[tuple[str, nn.Conv2d]]:
+    """3×3 convolutions (any stride, groups) in registration order."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.kernel_size == (3, 3)]
+
+
+class PathDecay(Surgery):
+    """Per-stage residual-branch decay γ_s and SkipConv decay δ_s (values in (0, 1]; 1 = unchanged)."""
+
+    name = "pas"
+
+    def __init__(self, gammas: Sequence[float], deltas: Sequence[float]) -> None:
+        self.gammas, self.deltas = [float(g) for g in gammas], [float(d) for d in deltas]
+
+    def attach(self, model: nn.Module) -> tuple[int, list[Callable[[], None]]]:
+        handles = []
+        for stage, g in zip(_thirds(residual_branch_ends(model)), self.gammas):
+            if g != 1.0:
+                handles += [m.register_forward_hook(lambda _m, _i, out, g=g: scale_grad(out, g)) for _, m in stage]
+        for stage, d in zip(_thirds(skipconv_sites(model)), self.deltas):
+            if d != 1.0:
+                handles += [m.register_forward_hook(_skipconv_hook(d)) for _, m in stage]
+        return len(handles), [h.remove for h in handles]
+
+
+def _skipconv_hook(delta: float):
+    def hook(m: nn.Conv2d, inputs, out):
+        x = inputs[0]
+        centre = torch.zeros_like(m.weight)
+        centre[:, :, 1, 1] = m.weight[:, :, 1, 1]
+        skip = F.conv2d(x, centre, None, m.stride, m.padding, m.dilation, m.groups)
+        res = F.conv2d(x, m.weight - centre, None, m.stride, m.padding, m.dilation, m.groups)
+        mixed = skip + delta * res
+        return out.detach() + (mixed - mixed.detach())  # value: exactly out; gradient: skip + δ·res
+    return hook
+
+
+def _check_path(values: Any, what: str) -> list[float]:
+    if not (isinstance(values, (list, tuple)) and len(values) == N_STAGES
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in values)):
+        raise UserError(f"attack 'pas': {what} must be a list of {N_STAGES} numbers in (0, 1], one per stage, "
+                        f"got {values!r} (advtransfer pas MODEL searches them)")
+    return [float(v) for v in values]
+
+
+@register_attack("pas", kind="gradient", version=1)
+class PAS(IterativeAttack):
+    """Parameters: ``gammas`` (residual-branch decay per stage, [0.5, 0.5, 0.5] by default) and
+    ``deltas`` (SkipConv decay per stage, [1.0, 1.0, 1.0]): the defaults are SGM; ``advtransfer pas
+    MODEL --validators ...`` searches a path and prints it as these parameters. ``momentum`` (1.0).
+    Cost: T per model (the search's cost is paid once, outside the cell)."""
+
+    default_momentum = 1.0
+    extra_defaults = {**IterativeAttack.extra_defaults, "gammas": [0.5, 0.5, 0.5], "deltas": [1.0, 1.0, 1.0]}
+
+    def init_extra(self, **kwargs):
+        extra = super().init_extra(**kwargs)
+        extra["gammas"] = _check_path(extra["gammas"], "gammas")
+        extra["deltas"] = _check_path(extra["deltas"], "deltas")
+        return extra
+
+    def perturb(self, S, x, y, index):
+        with applied(PathDecay(self.extra["gammas"], self.extra["deltas"]), S.models, require=False):
+            return super().perturb(S, x, y, index)
+
+
+#: the search space: per-stage values (a 5·5·5 × 3·3·3 grid; the search samples it)
+GAMMA_CHOICES = (0.2, 0.4, 0.6, 0.8, 1.0)
+DELTA_CHOICES = (0.5, 0.75, 1.0)
+
+
+def one_step_score(model: nn.Module, validators: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
+                   gammas: Sequence[float], deltas: Sequence[float], eps: float, batch: int = 250) -> float:
+    """Mean success (fooled among correctly classified) over ``validators`` of one FGSM step of ε
+    taken through the path on ``model`` (the one-step approximation of the attack)."""
+    from .base import SurrogateSet
+
+    advs = []
+    for s in range(0, len(x), batch):
+        S = SurrogateSet(model)
+        with applied(PathDecay(gammas, deltas), [model], require=False):
+            g = S.grad(x[s:s + batch], y[s:s + batch])
+        advs.append((x[s:s + batch] + eps * g.sign()).clamp(0, 1))
+    xa = torch.cat(advs)
+    rates = []
+    with torch.no_grad():
+        for v in validators:
+            ok = v(x).argmax(1) == y
+            fooled = (v(xa).argmax(1) != y) & ok
+            rates.append(float(fooled.sum()) / max(1, int(ok.sum())))
+    return sum(rates) / len(rates)
+
+
+def search_path(model: nn.Module, validators: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
+                eps: float = 8 / 255, budget: int = 40, seed: int = 0,
+                log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Random search over the path space (``budget`` candidates, seeded), scored by
+    :func:`one_step_score`; the reference paths (plain gradient, SGM γ = 0.5, SkipConv δ = 0.5)
+    are always scored too. Returns {"best": (gammas, deltas, score), "scored": [...], "references": {...}}."""
+    space = list(itertools.product(itertools.product(GAMMA_CHOICES, repeat=N_STAGES),
+                                   itertools.product(DELTA_CHOICES, repeat=N_STAGES)))
+    g = torch.Generator().manual_seed(seed)
+    picks = torch.randperm(len(space), generator=g)[:budget].tolist()
+    refs = {"plain": ((1.0,) * 3, (1.0,) * 3), "sgm": ((0.5,) * 3, (1.0,) * 3), "skipconv": ((1.0,) * 3, (0.5,) * 3)}
+    scored = []
+    for label, (gm, dl) in list(refs.items()) + [(f"cand{k}", space[i]) for k, i in enumerate(picks)]:
+        sc = one_step_score(model, validators, x, y, gm, dl, eps)
+        scored.append({"label": label, "gammas": list(gm), "deltas": list(dl), "score": sc})
+        if log:
+            log(f"{label:8s} gammas={list(gm)} deltas={list(dl)} one-step ASR={sc:.3f}")
+    best = max(scored, key=lambda r: r["score"])
+    return {"best": best, "scored": scored, "references": {r["label"]: r for r in scored if r["label"] in refs}}
