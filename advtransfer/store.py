@@ -149,6 +149,10 @@ class RunStore:
     def all_samples(self) -> pd.DataFrame:
         """Every cell's per-image table concatenated, each checked (empty frame when none)."""
         files = sorted(f for f in (self.root / "samples").glob("*.parquet") if not f.name.startswith("."))
+        table = self.root / "results.parquet"
+        if table.is_file():  # only the cells of the table (superseded cells keep their files, not their say)
+            live = set(pd.read_parquet(table, columns=["cell_id"])["cell_id"])
+            files = [f for f in files if f.stem in live]
         if not files:
             return pd.DataFrame()
         return pd.concat([self.read_samples(f.stem, required=True) for f in files], ignore_index=True)
@@ -165,12 +169,25 @@ class RunStore:
     def merge(self) -> pd.DataFrame:
         """Concatenate every shard into results.parquet and results.csv (atomically). Only complete
         shards count (``<cell_id>.parquet``; a writer's temporary files start with a dot)."""
-        shards = sorted(f for f in (self.root / "shards").glob("*.parquet") if not f.name.startswith("."))
+        # oldest first: where two cells are the same grid entry (same surrogate row and replicate,
+        # label, ε, seed), the one written last wins (all its victims' rows): an older attack version, or parameters
+        # the grid file no longer has, leave the table (their files stay)
+        shards = sorted((f for f in (self.root / "shards").glob("*.parquet") if not f.name.startswith(".")),
+                        key=lambda f: (f.stat().st_mtime_ns, f.name))
         parts = [t for t in (self.read_shard(p.stem) for p in shards) if t is not None]
         if not parts:
             return pd.DataFrame()
         df = pd.concat(parts, ignore_index=True)
         df = df.drop_duplicates(subset=["cell_id", "victim"], keep="last")
+        key = [c for c in ("surrogate", "replicate", "attack_label", "eps", "seed") if c in df.columns]
+        cells = df.drop_duplicates("cell_id", keep="last")  # in shard order: oldest first
+        newest = set(cells.drop_duplicates(subset=key, keep="last")["cell_id"]) if key else set(cells["cell_id"])
+        gone = set(cells["cell_id"]) - newest
+        df = df[df["cell_id"].isin(newest)]
+        if gone:
+            self.log(f"advtransfer: {len(gone)} cell(s) superseded by newer cells of the same grid entry "
+                     f"(a new attack version or changed parameters) left out of the table; their files stay: "
+                     f"{', '.join(sorted(gone)[:5])}{' ...' if len(gone) > 5 else ''}")
         order = ["surrogate", "attack_label", "eps", "seed", "victim"]
         df = df.sort_values([c for c in order if c in df.columns], kind="stable").reset_index(drop=True)
         with atomic_path(self.root / "results.parquet") as tmp:
