@@ -153,7 +153,7 @@ def test_feature_objectives_move_their_features(trained, test_data):
     representation-space: the penultimate features' relative distance from the clean image's;
     ILA: the projection on its guide; FIA/NAA: the weighted features they descend."""
     model = trained("resnet20_a")
-    x, y, idx = (t[:32] for t in test_data)
+    x, y, idx = (t[:24] for t in test_data)
     eps = 8 / 255
     noise = (x + eps * torch.sign(torch.rand(x.shape, generator=torch.Generator().manual_seed(0)) - 0.5)).clamp(0, 1)
     with torch.no_grad(), FeatureTap(model, "penultimate") as t:

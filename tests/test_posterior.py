@@ -16,8 +16,8 @@ from advtransfer.models.collections import PosteriorSmoothing, check_options, fi
 
 def test_fitted_scales_keep_the_accuracy_within_the_tolerance(trained, test_data):
     model = trained("resnet20_a")
-    x, y, _ = (t[:200] for t in test_data)
-    ws, xs = fit_posterior_scales(model, x, y, max_drop=0.05, draws=2, iters=6)
+    x, y, _ = (t[:120] for t in test_data)
+    ws, xs = fit_posterior_scales(model, x, y, max_drop=0.05, draws=2, iters=5)
     assert 0 < ws < 1 and 0 < xs < 0.5
     with torch.no_grad():
         base = float((model(x).argmax(1) == y).float().mean())

@@ -32,7 +32,7 @@ def _agree(ours: torch.Tensor, theirs: torch.Tensor) -> None:
 @pytest.fixture(scope="module")
 def setup(trained, test_data):
     model = trained("resnet20_a")
-    x, y, idx = (t[:32] for t in test_data)
+    x, y, idx = (t[:16] for t in test_data)
     return model, x, y, idx
 
 
