@@ -48,12 +48,27 @@ def _tiny_net(seed: int) -> nn.Module:
     return net.eval()
 
 
-def _tiny_res_net(seed: int) -> nn.Module:
-    """A conv stem, two harness residual blocks (one downsampling) and a linear head."""
-    from ..models.archs import _BasicBlock
+class _Block(nn.Module):
+    """A basic residual block (conv-BN-ReLU-conv-BN plus the skip path, then ReLU)."""
 
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = None if stride == 1 and cin == cout else nn.Conv2d(cin, cout, 1, stride, bias=False)
+        self.act1, self.act2 = nn.ReLU(), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
+        return self.act2(out + (x if self.short is None else self.short(x)))
+
+
+def _tiny_res_net(seed: int) -> nn.Module:
+    """A conv stem, two residual blocks (one downsampling) and a linear head."""
     g = torch.Generator().manual_seed(seed)
-    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), _BasicBlock(6, 6, 1), _BasicBlock(6, 8, 2),
+    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), _Block(6, 6, 1), _Block(6, 8, 2),
                         nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10)).double()
     with torch.no_grad():
         for name, p in net.named_parameters():

@@ -44,21 +44,20 @@ def scale_grad(x: torch.Tensor, s: float) -> torch.Tensor:
 
 def residual_branch_ends(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """(name, module) whose output ends a residual branch (the tensor added to the skip path), in
-    registration order: ``bn2`` of a harness/timm/torchvision basic block, ``bn3`` of a bottleneck,
-    ``block`` of a harness inverted residual that has a skip connection, ``ls1`` and ``ls2`` (the
-    attention and MLP branches) of a timm transformer block."""
-    from ..models.archs import _BasicBlock, _InvertedResidual
-
+    registration order, found by structure (the attack layer does not import the models): ``bn2``
+    of a basic block (harness, timm, torchvision: ``conv2``/``bn2``, no ``bn3``), ``bn3`` of a
+    bottleneck, ``block`` of a harness inverted residual that has a skip connection
+    (``residual: True``), ``ls1`` and ``ls2`` (the attention and MLP branches) of a timm
+    transformer block."""
     out = []
     for name, m in model.named_modules():
-        cls = type(m).__name__
-        if isinstance(m, _BasicBlock) or (cls == "BasicBlock" and hasattr(m, "bn2")):
-            out.append((f"{name}.bn2", m.bn2))
-        elif cls == "Bottleneck" and hasattr(m, "bn3"):
+        if hasattr(m, "conv3") and isinstance(getattr(m, "bn3", None), nn.Module):
             out.append((f"{name}.bn3", m.bn3))
-        elif isinstance(m, _InvertedResidual) and m.residual:
+        elif hasattr(m, "conv2") and isinstance(getattr(m, "bn2", None), nn.Module) and hasattr(m, "conv1"):
+            out.append((f"{name}.bn2", m.bn2))
+        elif getattr(m, "residual", None) is True and isinstance(getattr(m, "block", None), nn.Module):
             out.append((f"{name}.block", m.block))
-        elif cls == "Block" and isinstance(getattr(m, "ls1", None), nn.Module) and isinstance(getattr(m, "ls2", None), nn.Module):
+        elif isinstance(getattr(m, "ls1", None), nn.Module) and isinstance(getattr(m, "ls2", None), nn.Module):
             # timm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x)))
             out += [(f"{name}.ls1", m.ls1), (f"{name}.ls2", m.ls2)]
     return out
