@@ -220,3 +220,24 @@ def test_report_without_baselines_says_so(tmp_path):
     assert main(["report", str(run)]) == 0
     md = (run / "report" / "report.md").read_text()
     assert "No comparisons:" in md and "baseline_for" in md
+
+
+def test_run_without_baselines_points_to_its_grid_reference(tmp_path):
+    """A run with no matched baselines but a grid `reference:` (the surrogate-training grid): the
+    one-line error names the --reference that compares its surrogates."""
+    import pandas as pd
+    import pytest
+
+    from advtransfer.analysis.compare import compare_run
+    from advtransfer.errors import UserError
+    from advtransfer.store import RunStore
+
+    store = RunStore(tmp_path)
+    rows = pd.DataFrame({"cell_id": ["c1"], "surrogate": ["resnet20_sam02"], "surrogate_base": ["resnet20_sam02"],
+                         "replicate": [0], "attack_label": ["ifgsm"], "eps": [8 / 255], "seed": [0], "victim": ["vgg_b"],
+                         "match": ["none"], "baseline_for": [""]})
+    store.write_shard("c1", rows)
+    store.merge()
+    store.write_manifest({"grid": {"reference": "resnet20_std"}})
+    with pytest.raises(UserError, match="--reference resnet20_std"):
+        compare_run(tmp_path)

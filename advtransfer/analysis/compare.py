@@ -186,8 +186,12 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         base = base.explode("baseline_for", ignore_index=True)
         att = df[df["baseline_for"] == ""]
         if base.empty:
+            from ..store import RunStore
+
+            ref = (RunStore(run_dir).read_manifest().get("grid") or {}).get("reference")
+            hint = f"compare its surrogates with --reference {ref} (its grid's reference), or " if ref else ""
             raise UserError(f"{run_dir} has no matched baseline rows (no grid entry asked for one); "
-                            "name a pair with --a LABEL --b LABEL")
+                            f"{hint}name a pair with --a LABEL --b LABEL")
         merged = _merge(att, base, ["attack_label", *keys], ["baseline_for", *keys])
         if merged.empty:
             raise UserError(f"no baseline row of {run_dir} matches an attack row on (surrogate_base, eps, victim, seed, "
