@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import register_attack
-from .features import FeatureLevelAttack, FeatureTap, candidate_layers
+from .features import FeatureLevelAttack, FeatureTap, candidate_layers, check_plain
 from .iterative import IterativeAttack
 
 
@@ -37,8 +37,7 @@ class DTA(FeatureLevelAttack, IterativeAttack):
         self._taps = []
         try:
             for m, n in zip(S.models, S.names):
-                if hasattr(m, "draw_logits") or hasattr(m, "members"):
-                    raise UserError(f"feature-level attacks take plain surrogates; {n} is a weight collection")
+                check_plain(m, n)
                 names = candidate_layers(m, tuple(x.shape[1:])) if self.extra["layers"] == "all" else self.extra["layers"]
                 if not names:
                     raise UserError(f"attack 'dta': {n} has no block chain for layers 'all'; list layer names")

@@ -145,6 +145,12 @@ class FeatureTap:
         return f, logits
 
 
+def check_plain(model: nn.Module, name: str) -> None:
+    """A feature attack fixes its guides on one network: weight collections are refused."""
+    if hasattr(model, "draw_logits") or hasattr(model, "members"):
+        raise UserError(f"feature-level attacks take plain surrogates; {name} is a weight collection")
+
+
 @contextmanager
 def taps(models: Sequence[nn.Module], spec: str, names: Sequence[str],
          input_shape: Sequence[int] = (3, 32, 32)) -> Iterator[list[FeatureTap]]:
@@ -152,8 +158,7 @@ def taps(models: Sequence[nn.Module], spec: str, names: Sequence[str],
     guides on one network, a collection changes network every step)."""
     out = []
     for m, n in zip(models, names):
-        if hasattr(m, "draw_logits") or hasattr(m, "members"):
-            raise UserError(f"feature-level attacks take plain surrogates; {n} is a weight collection")
+        check_plain(m, n)
         out.append(FeatureTap(m, spec, n, input_shape))
     entered = []
     try:
