@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targets
-from .metrics import distortion, labels, margins, per_sample_norms, predict_batched, success_counts, success_mask
+from .metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
+                      success_mask)
 
 __all__ = ["craft", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
 
@@ -40,20 +41,46 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     ``x``, ``y``, ``clean_pred`` (the victim's labels on x) and ``sur_correct`` are those of the
     crafted images (``crafted.index``, same order). Returns the row's counts, rates, distortion and
     ``eval_s``, and the per-image table (``cell_id`` left to the caller): index, clean_correct,
-    adv_pred, success, margin, linf, l2.
+    adv_pred, success, margin, linf, l2, success_draws.
+
+    A stochastic defence (:mod:`advtransfer.models.defences`) is evaluated in each of its
+    ``draws``: the counts and per-image outcomes are draw 0's (``clean_pred`` must be draw 0's
+    labels); ``asr_draws_mean`` and ``asr_draws_worst`` are the mean and the highest ASR over the
+    draws, each draw with its own clean and adversarial labels, and ``success_draws`` the share
+    of draws in which each image is a success.
     """
+    from .models.defences import draws_of
+
     t0 = time.perf_counter()
+    k = draws_of(victim)
+    if k > 1:
+        victim.draw = 0
     logits = predict_batched(victim, crafted.x_adv, batch_size, device).float()
-    eval_s = time.perf_counter() - t0
-    adv_pred = logits.argmax(1)
+    adv_pred = decide(victim, logits)
     row = success_counts(y, clean_pred, adv_pred, sur_correct, crafted.target)
-    row.update(distortion(x, crafted.x_adv), eval_s=eval_s)
+    success = success_mask(y, clean_pred, adv_pred, crafted.target)
+    per_draw, asrs = [success], [row["asr"]]
+    try:
+        for d in range(1, k):
+            victim.draw = d
+            c = labels(victim, x, batch_size, device)
+            s = success_mask(y, c, labels(victim, crafted.x_adv, batch_size, device), crafted.target)
+            per_draw.append(s)
+            n_ok = int((c == y).sum())
+            asrs.append(int(s.sum()) / n_ok if n_ok else float("nan"))
+    finally:
+        if k > 1:
+            victim.draw = 0
+    eval_s = time.perf_counter() - t0
+    row.update(distortion(x, crafted.x_adv), eval_s=eval_s, draws=k,
+               asr_draws_mean=float(torch.tensor(asrs, dtype=torch.float64).mean()),
+               asr_draws_worst=float(max(asrs)))
     linf, l2 = per_sample_norms(x, crafted.x_adv)
     goal = crafted.target if crafted.target is not None else y
     samples = pd.DataFrame({
         "index": crafted.index.numpy(), "clean_correct": (clean_pred == y).numpy(), "adv_pred": adv_pred.numpy(),
-        "success": success_mask(y, clean_pred, adv_pred, crafted.target).numpy(),
-        "margin": margins(logits, goal).double().numpy(), "linf": linf.numpy(), "l2": l2.numpy()})
+        "success": success.numpy(), "margin": margins(logits, goal).double().numpy(), "linf": linf.numpy(),
+        "l2": l2.numpy(), "success_draws": torch.stack(per_draw).double().mean(0).numpy()})
     return row, samples
 
 

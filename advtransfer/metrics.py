@@ -16,10 +16,22 @@ def predict_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
     return torch.cat([fn(x[s:s + batch_size].to(device)).cpu() for s in range(0, len(x), batch_size)])
 
 
+#: the label of an abstaining victim (randomized smoothing): never right, never a success
+ABSTAIN = -1
+
+
+def decide(model: Callable[[torch.Tensor], torch.Tensor], scores: torch.Tensor) -> torch.Tensor:
+    """A model's labels from its outputs: the model's own ``decide`` where it has one (a
+    defence that may abstain, giving :data:`ABSTAIN`), else the top-1 class."""
+    fn = getattr(model, "decide", None)
+    return fn(scores) if fn is not None else scores.argmax(1)
+
+
 def labels(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batch_size: int = 500,
            device: str = "cpu") -> torch.Tensor:
-    """Top-1 labels (N, int64) of ``model`` on pixels ``x`` in [0,1], batched."""
-    return predict_batched(lambda xb: model(xb).argmax(1), x, batch_size, device)
+    """Top-1 labels (N, int64) of ``model`` on pixels ``x`` in [0,1], batched (:data:`ABSTAIN`
+    where an abstaining defence abstains)."""
+    return predict_batched(lambda xb: decide(model, model(xb)), x, batch_size, device)
 
 
 def margins(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -34,8 +46,9 @@ def margins(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
 def success_mask(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tensor,
                  target: torch.Tensor | None = None) -> torch.Tensor:
     """Per image (bool N): the victim is right on x and, on x_adv, wrong (untargeted) or
-    predicting the target (targeted). The one definition of success in the harness."""
-    hit = (pred_adv == target) if target is not None else (pred_adv != y)
+    predicting the target (targeted). The one definition of success in the harness; an
+    abstention (:data:`ABSTAIN`) on x_adv is not a success: the defence did not give a wrong label."""
+    hit = (pred_adv == target) if target is not None else (pred_adv != y) & (pred_adv != ABSTAIN)
     return (pred_clean == y) & hit
 
 
@@ -75,7 +88,7 @@ def success_counts(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Te
     """
     clean_ok = pred_clean == y
     adv_ok = pred_adv == y
-    hit = (pred_adv == target) if target is not None else ~adv_ok
+    hit = (pred_adv == target) if target is not None else ~adv_ok & (pred_adv != ABSTAIN)
     success = success_mask(y, pred_clean, pred_adv, target)
     both = clean_ok & surrogate_correct
     n = len(y)
@@ -91,4 +104,5 @@ def success_counts(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Te
         "fooling_rate": (n_clean - n_adv) / n_clean if n_clean else nan,
         "transfer_rate": n_tr / n_both if n_both else nan,
         "asr_ci_low": lo, "asr_ci_high": hi,
+        "n_abstain": int((clean_ok & (pred_adv == ABSTAIN)).sum()),
     }

@@ -68,8 +68,10 @@ def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
 
 @torch.no_grad()
 def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bool) -> torch.Tensor:
-    pred = victim(x).argmax(1)
-    return pred == goal if targeted else pred != goal
+    from ..metrics import ABSTAIN, decide
+
+    pred = decide(victim, victim(x))
+    return pred == goal if targeted else (pred != goal) & (pred != ABSTAIN)
 
 
 @torch.no_grad()

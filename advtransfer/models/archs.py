@@ -201,3 +201,29 @@ def vit(num_classes: int = 10, patch_size: int = 4, embed_dim: int = 128, depth:
     return VisionTransformer(img_size=32, patch_size=patch_size, num_classes=num_classes,
                              embed_dim=embed_dim, depth=depth, num_heads=num_heads,
                              mlp_ratio=mlp_ratio, global_pool="avg", class_token=False)
+
+
+class EnsembleNet(nn.Module):
+    """Several networks of one architecture as one model: ``subnets`` map normalised images to
+    logits; the output is log(mean softmax) over them (as DVERGE's evaluation combines its
+    members), so argmax is the averaged-probability vote. Trained as one entry (the ensemble
+    victims: DVERGE and its plainly trained counterpart)."""
+
+    def __init__(self, subnets: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.subnets = nn.ModuleList(subnets)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = torch.stack([F.softmax(m(x), dim=1) for m in self.subnets]).mean(0)
+        return probs.clamp_min(1e-40).log()
+
+
+@ARCHS.register("ensemble", family="ensemble")
+def ensemble(num_classes: int = 10, members: int = 3, member_arch: str = "resnet",
+             member_kwargs: dict | None = None) -> nn.Module:
+    """``members`` independently initialised ``member_arch`` networks combined by
+    :class:`EnsembleNet` (three ResNet-20 by default)."""
+    if not isinstance(members, int) or members < 2:
+        raise ValueError("an ensemble needs members >= 2")
+    return EnsembleNet([build_arch(member_arch, num_classes=num_classes, **(member_kwargs or {}))
+                        for _ in range(members)])

@@ -33,6 +33,8 @@ class ModelSpec:
     channels_last: bool = True
     pretrained: dict | None = None  # open_clip / timm pretrained entry (not trained): see models/pretrained.py
     replicates: int = 1  # independently seeded copies <name>@r1 .. @r<k-1> (replicate 0 is <name> itself)
+    base: str | None = None  # a defended entry: the zoo entry behind the defence
+    defence: dict | None = None  # a defended entry: the defence (see models/defences.py)
     source: str = ""
 
     def resolved_recipe(self, size: str) -> dict:
@@ -47,8 +49,8 @@ class ModelSpec:
         return base
 
     def method_version(self) -> int | None:
-        """``VERSION`` of the training method of the recipe (None for a pretrained entry)."""
-        if self.pretrained is not None:
+        """``VERSION`` of the training method of the recipe (None for a pretrained or defended entry)."""
+        if self.pretrained is not None or self.defence is not None:
             return None
         from ..training import method_version
 
@@ -63,6 +65,11 @@ class ModelSpec:
             from .pretrained import identity
 
             return identity(self)
+        if self.defence is not None:
+            from .defences import identity as defence_identity, resolve
+
+            return {"base": self.base, "base_hash": get_spec(self.base).recipe_hash(size),
+                    "defence": defence_identity(resolve(self.defence, self.source))}
         from ..config import train_threads
 
         recipe = self.resolved_recipe(size)
@@ -77,6 +84,9 @@ class ModelSpec:
         base = ident["recipe"].get("init_from")
         if base:
             ident["init_from_hash"] = get_spec(base).recipe_hash(size)
+        sources = ident["recipe"].get("sources")
+        if sources:  # static models a defence trains against (ensemble_at, pubdef)
+            ident["sources_hash"] = {s: get_spec(s).recipe_hash(size) for s in sources}
         return ident
 
     def recipe_hash(self, size: str) -> str:
@@ -99,7 +109,21 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise UserError(f"{source}: each model entry must be a mapping, got {type(entry).__name__}")
     missing = [k for k in _REQUIRED if k not in entry]
-    if "pretrained" in entry:  # not trained by the harness: no recipe
+    if "defence" in entry:  # a defence wrapping another entry: no weights, no recipe of its own
+        missing = [k for k in ("name", "base", "family") if k not in entry]
+        if missing:
+            raise UserError(f"{source}: defended entry {entry.get('name', '?')!r} lacks {', '.join(missing)}")
+        if "recipe" in entry or "pretrained" in entry or "arch" in entry:
+            raise UserError(f"{source}: defended entry {entry['name']!r} takes base and defence only "
+                            f"(its architecture and weights are its base's)")
+        from .defences import resolve
+
+        resolve(entry["defence"], f"{source}: model {entry['name']!r}")
+        if entry["base"] == entry["name"]:
+            raise UserError(f"{source}: defended entry {entry['name']!r} cannot be its own base")
+        entry = {"recipe": {}, "kind": "defended", "arch": "defended", **entry}
+        missing = []
+    elif "pretrained" in entry:  # not trained by the harness: no recipe
         missing = [k for k in ("name", "arch", "family") if k not in entry]
         entry = {"recipe": {}, "kind": "pretrained", **entry}
     if missing:
@@ -118,6 +142,8 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
         from .pretrained import check_entry
 
         check_entry(entry["name"], entry["arch"], entry["pretrained"], source)
+    elif "defence" in entry:
+        pass
     elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
         raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
     return ModelSpec(**{k: entry[k] for k in entry}, source=source)
@@ -149,6 +175,11 @@ def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
                 if spec.name in specs:
                     raise UserError(f"model {spec.name!r} is declared twice ({specs[spec.name].source}, {path})")
                 specs[spec.name] = spec
+    for spec in specs.values():
+        if spec.defence is not None:
+            root = split_replicate(split_checkpoint(spec.base)[0])[0]
+            if root not in specs:
+                raise UserError(f"{spec.source}: defended entry {spec.name!r}: " + suggest(spec.base, list(specs), "base model"))
     return specs
 
 

@@ -30,6 +30,10 @@ def is_trained(spec: ModelSpec, size: str, cache: str | os.PathLike | None = Non
     """Trained (or, for a pretrained entry, loaded once and carded) with the current recipe."""
     card = read_card(spec.name, size, cache)
     weights, _ = zoo_paths(spec.name, size, cache)
+    if spec.defence is not None:  # current while its base is the same trained model
+        base = read_card(spec.base, size, cache)
+        return (card is not None and base is not None and card.get("recipe_hash") == spec.recipe_hash(size)
+                and card.get("base_sha256") == base.get("sha256") and is_trained(get_spec(spec.base), size, cache))
     ready = spec.pretrained is not None or weights.is_file()
     return card is not None and card.get("recipe_hash") == spec.recipe_hash(size) and ready
 
@@ -84,6 +88,37 @@ def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os
     return card
 
 
+def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+                     data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
+    """Card a defended entry (a defence wrapping a trained base): train its base if needed,
+    measure its clean accuracy (draw 0) on test images 0-999 and write the card; its ``sha256``
+    hashes the base's weights checksum with the defence, so the victim checksum in every row
+    changes with either. Returns the card."""
+    import hashlib
+    import json
+
+    from ..metrics import labels
+    from .defences import identity as defence_identity, resolve
+
+    size = size or default_size()
+    ensure_trained([spec.base], size, cache, data_dir, device, progress)
+    base_card = read_card(spec.base, size, cache)
+    defence = resolve(spec.defence, spec.source)
+    model = load_model(spec.name, size, cache, device)
+    x, y = _eval_split(spec.dataset, data_dir)
+    t0 = time.perf_counter()
+    acc = float((labels(model, x, 500, device) == y).double().mean())
+    sha = hashlib.sha256(f"{base_card['sha256']}|{json.dumps(defence_identity(defence), sort_keys=True)}"
+                         .encode()).hexdigest()
+    card = make_card(spec, size, kind="defended", recipe=None, members=[""], clean_acc=acc,
+                     clean_acc_images=f"test 0-{len(x) - 1}", sha256=sha,
+                     n_params=sum(p.numel() for p in model.parameters()), device=device,
+                     base=spec.base, base_sha256=base_card["sha256"], base_clean_acc=base_card.get("clean_acc"),
+                     defence=defence, eval_s=round(time.perf_counter() - t0, 2))
+    write_card(card, cache)
+    return card
+
+
 def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
                data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
     """Train one zoo entry at ``size`` and write its weights and card atomically; returns the card.
@@ -112,6 +147,9 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     from ..config import train_threads
     from ..rng import pinned_threads, provenance
 
+    if recipe.get("sources"):  # static source models (ensemble_at, pubdef): trained first, frozen
+        ensure_trained(list(recipe["sources"]), size, cache, data_dir, device, progress)
+        recipe["_sources"] = {s: load_model(s, size, cache, device) for s in recipe["sources"]}
     threads = train_threads(recipe)
     t0 = time.perf_counter()
     with pinned_threads(threads):
@@ -119,6 +157,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     train_s = time.perf_counter() - t0
     made_by = provenance(device, threads)
     recipe.pop("_name")
+    recipe.pop("_sources", None)
     x, y = _eval_split(spec.dataset, data_dir)
     images = f"test 0-{len(x) - 1}"
     accs = {}
@@ -162,6 +201,11 @@ def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | o
         if spec.pretrained is not None and not is_trained(spec, size, cache):
             log(f"loading pretrained {name} ({spec.arch}) ...")
             prepare_pretrained(spec, size, cache, data_dir, device)
+        elif spec.defence is not None and not is_trained(spec, size, cache):
+            log(f"defending {spec.base} with {spec.defence['kind']} as {name} ...")
+            card = prepare_defended(spec, size, cache, data_dir, device, progress)
+            log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on test 0-999 "
+                f"(base {spec.base}: {card['base_clean_acc']:.3f})")
         elif not is_trained(spec, size, cache):
             log(f"training {name} ({spec.arch}, size {size}) ...")
             card = train_spec(spec, size, cache, data_dir, device, progress)
@@ -175,6 +219,8 @@ def load_states(name: str, size: str | None = None, cache: str | os.PathLike | N
     """Spec, card and verified weights (member → state dict) of a trained model."""
     size = size or default_size()
     spec = get_spec(name)
+    if spec.defence is not None:
+        raise UserError(f"model {name!r} is a defence around {spec.base!r} and has no weights of its own")
     weights, _ = zoo_paths(name, size, cache)
     card = read_card(name, size, cache)
     if card is None or not weights.is_file():
@@ -214,6 +260,10 @@ def load_model(name: str, size: str | None = None, cache: str | os.PathLike | No
         from .pretrained import build_pretrained
 
         return build_pretrained(spec, device)
+    if spec.defence is not None:
+        from .defences import Defended, resolve
+
+        return Defended(load_model(spec.base, size, cache, device), resolve(spec.defence, spec.source)).eval()
     spec, _card, states = load_states(name, size, cache)
     member = next(iter(states))
     return instantiate(spec, states[member], name).to(device)
@@ -222,7 +272,8 @@ def load_model(name: str, size: str | None = None, cache: str | os.PathLike | No
 def load_members(name: str, size: str | None = None, cache: str | os.PathLike | None = None,
                  device: str = "cpu") -> list[nn.Module]:
     """All weight sets of a zoo entry as eval-mode modules (one for a single model)."""
-    if get_spec(name).pretrained is not None:
+    spec = get_spec(name)
+    if spec.pretrained is not None or spec.defence is not None:
         return [load_model(name, size, cache, device)]
     spec, _card, states = load_states(name, size, cache)
     return [instantiate(spec, sd, f"{name}[{m}]").to(device) for m, sd in states.items()]

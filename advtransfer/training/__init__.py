@@ -3,7 +3,10 @@
 A trainer is ``fn(net, recipe, data, device, progress) -> TrainOutput`` where ``net`` is a freshly
 built :class:`~advtransfer.models.ImageClassifier` (pixels in [0,1]) and ``data`` the training split
 (for ``init_from`` recipes the zoo has loaded the starting weights into ``net``).
-Methods: standard (with ``keep_epochs`` for early-stopped entries), fgsm_at, sam, lgv, swag, csgld.
+Methods: standard (with ``keep_epochs`` for early-stopped entries; ``noise_sigma`` trains the
+base of randomized smoothing), fgsm_at, sam, lgv, swag, csgld; the trained defences pgd_at,
+trades, ensemble_at and pubdef (these two train against the recipe's static ``sources``) and
+dverge (an ensemble entry).
 Each is registered with :func:`~.base.register_method` and a ``VERSION`` (bump it when a code
 change alters the weights a recipe produces: the version enters the recipe hash and the card).
 Training leaves torch's global random state as it found it.
@@ -11,5 +14,6 @@ Training leaves torch's global random state as it found it.
 from .base import TRAINERS, TrainOutput, method_version, register_method, train_from_recipe
 from . import standard  # noqa: F401  (registers 'standard' and 'fgsm_at')
 from . import csgld, lgv, sam, swag  # noqa: F401  (surrogate-training methods)
+from . import dverge, ensemble_at, pgd_at, pubdef, trades  # noqa: F401  (trained defences)
 
 __all__ = ["TRAINERS", "TrainOutput", "method_version", "register_method", "train_from_recipe"]

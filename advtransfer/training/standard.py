@@ -35,6 +35,8 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     may replace the forward/backward pass (it fills ``.grad`` and returns the loss: SAM);
     ``lr_fn(step, total)`` may replace the recipe's schedule (cSGLD); ``after_step(step, total,
     net, lr)`` runs after each optimiser step (Langevin noise, LGV snapshots, SWAG moments).
+    A recipe's ``noise_sigma`` adds Gaussian noise of that standard deviation (pixel units, not
+    clipped) to every training input: the training of randomized smoothing's base (Cohen et al.).
     Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
     state is restored afterwards.
     """
@@ -49,6 +51,9 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     bs = int(recipe.get("batch_size", 128))
     epochs = int(recipe["epochs"])
     aug = list(recipe.get("augment", ["crop", "flip"]))
+    noise = float(recipe.get("noise_sigma", 0.0))
+    if noise < 0:
+        raise UserError(f"noise_sigma must be >= 0, got {noise}")
     opt = make_optimizer(net.parameters(), recipe)
     total = epochs * steps_per_epoch(len(idx), bs)
     step = 0
@@ -66,6 +71,8 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             x, y = x.to(device), y.to(device)
             if make_batch is not None:
                 x = make_batch(x, y, gen)
+            if noise:
+                x = x + noise * torch.randn(x.shape, generator=gen).to(x.device)
             for grp in opt.param_groups:
                 grp["lr"] = lr = lr_at(step, total, recipe) if lr_fn is None else lr_fn(step, total)
             ls = float(recipe.get("label_smoothing", 0.0))
