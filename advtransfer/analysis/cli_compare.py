@@ -20,6 +20,9 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--b", dest="b_label", metavar="LABEL", help="attack label of row B (with --a)")
     p.add_argument("--reference", metavar="SURROGATE",
                    help="compare surrogates instead of attacks: every other surrogate against this one, same attack")
+    p.add_argument("--reference-victim", metavar="VICTIM",
+                   help="compare victims instead of attacks: every other victim against this one on the same "
+                        "adversarial examples (is a defence fooled less?)")
     p.add_argument("--method", default="newcombe", choices=["newcombe", "bootstrap"],
                    help="95%% interval of the difference: Newcombe's paired score interval (default) or a seeded "
                         "paired bootstrap (10,000 resamples)")
@@ -28,11 +31,14 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare_run, compare_runs, compare_surrogates, forest_plot, format_table, write_comparisons
+    from .compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot, format_table,
+                          write_comparisons)
 
     out = Path(args.out) if args.out else Path(args.run_dir)
+    if args.reference and args.reference_victim:
+        raise UserError("--reference compares surrogates and --reference-victim victims: give one of them")
     if args.run_b:
-        if args.a_label or args.b_label:
+        if args.a_label or args.b_label or args.reference_victim:
             raise UserError("--a/--b pick rows within one run; with two runs every shared row is compared")
         df = compare_runs(args.run_dir, args.run_b, args.method)
         stem = f"comparisons_vs_{Path(args.run_b).resolve().name}"
@@ -41,6 +47,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise UserError("--reference compares surrogates; --a/--b compare attacks: give one or the other")
         df = compare_surrogates(args.run_dir, args.reference, args.method)
         stem = "comparisons"
+    elif args.reference_victim:
+        if args.a_label or args.b_label:
+            raise UserError("--reference-victim compares victims; --a/--b compare attacks: give one or the other")
+        df = compare_victims(args.run_dir, args.reference_victim, args.method)
+        stem = f"comparisons_victims_vs_{args.reference_victim}"
     else:
         df = compare_run(args.run_dir, args.a_label, args.b_label, args.method)
         stem = "comparisons"

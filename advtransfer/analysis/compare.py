@@ -235,6 +235,38 @@ def compare_surrogates(run_dir: str | Path, reference: str, method: str = "newco
     return out
 
 
+def compare_victims(run_dir: str | Path, reference: str, method: str = "newcombe", seed: int = 0) -> pd.DataFrame:
+    """Comparison table of one run by victim: every other victim against the ``reference`` victim
+    on the same crafted examples (the same cell), paired on the images both classify correctly
+    when clean (so each side's rate here may differ from its row's ``asr``, which counts that
+    victim's own clean-correct images). The question it answers: is this defence less fooled by
+    the same adversarial examples than that one? ``a_label``/``b_label`` hold the victim names,
+    the attack is in ``attack_label``, ``compare_by`` is 'victim'; ``diff = asr_a - asr_b``
+    (negative: victim A is fooled less). White-box rows are left out."""
+    df = read_results(run_dir)
+    victims = sorted(df["victim"].unique())
+    if reference not in victims:
+        raise UserError(f"reference victim {reference!r} is not in {run_dir}; victims there: {', '.join(victims)}")
+    df = df[~df["is_whitebox"].astype(bool)]
+    keys = ["cell_id"]
+    ref = df[df["victim"] == reference]
+    rest = df[df["victim"] != reference]
+    merged = _merge(rest, ref, keys, keys)
+    if merged.empty:
+        raise UserError(f"no cell of {run_dir} has both {reference!r} and another victim (white-box rows left out)")
+    samples = Samples(run_dir)
+    rows = []
+    for pairs in _grouped(merged, ["victim_a", "surrogate_base_a", "attack_label_a", "eps_a", "seed_a", "cell_id_a"]):
+        row = _compare_group(pairs, samples, samples, method, seed)
+        ra, rb = pairs[0]
+        row.update(a_label=ra["victim"], b_label=rb["victim"], victim=ra["victim"], attack_label=ra["attack_label"],
+                   match="none", compare_by="victim")
+        rows.append(row)
+    out = _finish(rows)
+    out["a_run"] = out["b_run"] = Path(run_dir).name
+    return out
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe", seed: int = 0) -> pd.DataFrame:
     """Regression diff of two runs: each row of RUN_A against the row of RUN_B with the same
     (surrogate, attack_label, attack_params, eps, victim, seed, replicate); replicates pooled
@@ -283,6 +315,8 @@ def format_table(df: pd.DataFrame) -> str:
         "p": df["p_mcnemar"].map(lambda p: f"{p:.3g}"), "p Holm": df["p_holm"].map(lambda p: f"{p:.3g}"),
         "verdict": df["verdict"], "strata": df["n_strata"],
     })
+    if "attack_label" in df.columns:  # comparisons of surrogates or victims: the attack they share
+        t.insert(2, "attack", df["attack_label"].fillna(""))
     return t.to_string(index=False)
 
 
