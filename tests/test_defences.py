@@ -317,6 +317,8 @@ def test_defended_rows_in_a_grid(trained, cache_dir, tmp_path):
     assert row["draws"] == 4 and row["victim_family"] == "defended"
     assert row["asr_draws_mean"] <= row["asr_draws_worst"]
     assert table.set_index("victim").loc["resnet20_b", "draws"] == 1
+    report = (run / "report" / "report.md").read_text()
+    assert "Stochastic and abstaining defences" in report and "resnet20_b_resize" in report.split("worst draw")[1]
     # victims compared on the same examples, paired on images both classify correctly
     from advtransfer.analysis.compare import compare_victims
 

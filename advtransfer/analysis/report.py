@@ -163,7 +163,30 @@ def section_asr(ctx: ReportContext) -> Section:
         cap = f"{label} · {norm} ε = {eps_str}{' · targeted' if targeted else ''}: ASR % [95% CI], surrogate × victim"
         tex = f"asr_{label}_{norm}_eps{eps_str}{'_targeted' if targeted else ''}"
         blocks.append(Table(["surrogate", *victims], rows, cap, tex=_tex_name(tex)))
+    blocks.extend(_defence_blocks(df))
     return Section("Attack success rates", blocks, "asr")
+
+
+def _defence_blocks(df: pd.DataFrame) -> list[Block]:
+    """Stochastic defences (evaluated over several draws) and abstaining ones: what the tables'
+    ASR (draw 0) leaves out."""
+    draws = df["draws"] if "draws" in df.columns else pd.Series(1, index=df.index)
+    abst = df["n_abstain"] if "n_abstain" in df.columns else pd.Series(0, index=df.index)
+    sel = df[(draws.fillna(1) > 1) | (abst.fillna(0) > 0)]
+    if sel.empty:
+        return []
+    rows = []
+    for _, r in sel.sort_values(["victim", "surrogate", "attack_label", "eps"]).iterrows():
+        rows.append([str(r["victim"]), str(r["surrogate"]), str(r["attack_label"]), str(r["eps_str"]),
+                     str(int(r.get("draws", 1))), _pct(r["asr"]), _pct(r.get("asr_draws_mean", math.nan)),
+                     _pct(r.get("asr_draws_worst", math.nan)), str(int(r.get("n_abstain", 0)))])
+    note = ("Stochastic or abstaining victims: the tables above give draw 0's ASR (each image's randomness is "
+            "seeded by its bytes, so it reproduces); here also the mean and the worst (highest) ASR over the "
+            "draws, and the clean-correct images on whose adversarial version the victim abstained (never "
+            "counted as a success).")
+    return [note, Table(["victim", "surrogate", "attack", "ε", "draws", "ASR % (draw 0)", "mean % over draws",
+                         "worst draw %", "abstentions"], rows, "Stochastic and abstaining defences",
+                        tex="defence_draws")]
 
 
 def section_figures(ctx: ReportContext) -> Section | None:
