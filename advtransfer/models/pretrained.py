@@ -1,5 +1,6 @@
-"""Pretrained zoo entries that the harness does not train: open_clip zero-shot classifiers and timm
-ImageNet models. An entry has ``pretrained:`` instead of ``recipe:``:
+"""Pretrained zoo entries that the harness does not train: open_clip zero-shot classifiers, timm
+ImageNet models, the CIFAR-10 models of chenyaofo/pytorch-cifar-models (``cifar_hub``) and
+RobustBench models (``robustbench``). An entry has ``pretrained:`` instead of ``recipe:``:
 
     - name: clip_vit_b32                 # victims/clip.yaml
       arch: open_clip/ViT-B-32           # open_clip architecture
@@ -14,13 +15,43 @@ ImageNet models. An entry has ``pretrained:`` instead of ``recipe:``:
       num_classes: 1000
       pretrained: {tag: a1_in1k}         # timm's resnet50.a1_in1k; optional weights: /path/to/file
 
-Either model takes pixels in [0,1] (N×3×H×W, any H×W such as 32×32) and applies its own
+    - name: hub_resnet20                 # victims/cifar10_public.yaml
+      arch: cifar_hub/resnet20           # a name of advtransfer.models.cifar_hub.MODELS
+      family: public
+      pretrained: {tag: "4118986f"}      # optional; must equal the pinned sha256 prefix (quoted)
+
+    - name: rb_wong2020fast
+      arch: robustbench/Wong2020Fast     # a RobustBench model name
+      family: defended
+      pretrained: {tag: Linf}            # RobustBench threat model (Linf, L2, corruptions)
+
+An open_clip or timm model takes pixels in [0,1] (N×3×H×W, any H×W such as 32×32) and applies its own
 preprocessing inside: resize (and, for timm, the crop of its data config) and normalisation.
 Weights come from the internet (Hugging Face hub) or from a local ``weights`` file; offline
 without one, loading fails with one line saying so. ``random_init: true`` builds the architecture
 at random initialisation, for wiring tests only (the card then says ``kind: random_init``; such
 a model must never be used for reported numbers). ``model_config`` registers an open_clip
 architecture given inline (a tiny one for tests).
+
+``cifar_hub`` entries take pixels in [0,1], N×3×32×32, and normalise inside with the collection's
+own mean/std (see :mod:`advtransfer.models.cifar_hub`). Their weights are pinned by the release URL
+and the 8-hex sha256 prefix in its file name: downloaded with
+``torch.hub.load_state_dict_from_url(url, check_hash=True, weights_only=True)`` (a file already in
+torch.hub's cache is checked against the prefix first), or read from a local ``weights`` file whose
+sha256 must start with the prefix, with ``torch.load(..., weights_only=True)``; the state dict
+loads with strict keys.
+
+``robustbench`` entries need the ``robustbench`` package (not a dependency of advtransfer; ``pip
+install git+https://github.com/RobustBench/robustbench.git``) and are loaded with
+``robustbench.utils.load_model(model_name, model_dir, dataset, threat_model)``, which downloads the
+checkpoint (from Google Drive; a few models through timm) into
+``<cache>/robustbench/<dataset>/<threat model>/<name>.pt``. They take pixels in [0,1] already.
+They are pinned by model name, dataset and threat model only (the identity hashed into the card):
+RobustBench (as of its commit 78fcc9e) does not verify a checksum of model checkpoints, and the
+file is read by RobustBench's own ``torch.load`` call, outside this module's control. Offline, put
+the checkpoint at that path; a ``weights:`` key is refused for these entries. Their ``random_init``
+(RobustBench's architecture constructor, no weights) is untested here: the package is not
+importable on this project's test machines.
 """
 from __future__ import annotations
 
@@ -37,7 +68,9 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 
-LOADERS = ("open_clip", "timm")
+LOADERS = ("open_clip", "timm", "cifar_hub", "robustbench")
+ROBUSTBENCH_INSTALL = "pip install git+https://github.com/RobustBench/robustbench.git"
+ROBUSTBENCH_THREATS = ("Linf", "L2", "corruptions")
 PRETRAINED_KEYS = {"tag", "weights", "random_init", "templates", "model_config"}
 
 # The 18 CIFAR prompt templates of the CLIP paper's zero-shot evaluation.
@@ -51,7 +84,8 @@ def loader_of(arch: str) -> tuple[str, str]:
     """``open_clip/ViT-B-32`` → (``open_clip``, ``ViT-B-32``); raises for another prefix."""
     kind, _, name = arch.partition("/")
     if kind not in LOADERS or not name:
-        raise UserError(f"pretrained entry arch {arch!r} must be open_clip/<architecture> or timm/<model>")
+        raise UserError(f"pretrained entry arch {arch!r} must be open_clip/<architecture>, timm/<model>, "
+                        f"cifar_hub/<model> or robustbench/<model name>")
     return kind, name
 
 
@@ -62,9 +96,28 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
     extra = set(pretrained) - PRETRAINED_KEYS
     if extra:
         raise UserError(f"{source}: model {name!r}: unknown pretrained keys {sorted(extra)}; allowed: {sorted(PRETRAINED_KEYS)}")
-    loader_of(arch)
+    kind, model = loader_of(arch)
     if not (pretrained.get("tag") or pretrained.get("weights") or pretrained.get("random_init")):
         raise UserError(f"{source}: model {name!r}: pretrained needs a tag, a weights file or random_init: true")
+    if kind == "cifar_hub":
+        from . import cifar_hub
+
+        try:
+            pin = cifar_hub.get(model).sha256_prefix
+        except UserError as exc:
+            raise UserError(f"{source}: model {name!r}: {exc}") from None
+        tag = pretrained.get("tag")
+        if tag is not None and tag != pin:  # a string: YAML reads 57191229 as a number
+            raise UserError(f"{source}: model {name!r}: {arch} is pinned to sha256 prefix {pin} "
+                            f"(file {cifar_hub.get(model).file_name}); its tag {tag!r} differs "
+                            f"(omit it or write tag: \"{pin}\", quoted)")
+    elif kind == "robustbench":
+        if pretrained.get("weights"):
+            raise UserError(f"{source}: model {name!r}: robustbench entries take no weights: file; RobustBench reads "
+                            f"its checkpoint from <cache>/robustbench/<dataset>/<threat model>/{model}.pt")
+        if pretrained.get("tag", "Linf") not in ROBUSTBENCH_THREATS:
+            raise UserError(f"{source}: model {name!r}: a robustbench tag is the threat model, one of "
+                            f"{', '.join(ROBUSTBENCH_THREATS)}; got {pretrained.get('tag')!r}")
 
 
 def _weights_file(spec) -> str | None:
@@ -245,6 +298,113 @@ def build_timm(spec, device: str = "cpu") -> TimmPreprocessed:
     return TimmPreprocessed(net, config)
 
 
+def _first_line(exc: BaseException) -> str:
+    return next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+
+
+def _check_prefix(path: str | os.PathLike, entry, what: str) -> None:
+    """The sha256 of ``path`` must start with ``entry``'s pinned prefix (one-line UserError)."""
+    from ..utils import sha256_file
+
+    digest = sha256_file(path)
+    if not digest.startswith(entry.sha256_prefix):
+        raise UserError(f"{what} {str(path)!r} has sha256 {digest[:16]}..., not the pinned prefix "
+                        f"{entry.sha256_prefix} of {entry.file_name}; it is another file (replace it with "
+                        f"{entry.url})")
+
+
+def _hub_state(spec, entry) -> dict:
+    """The released state dict of a cifar_hub entry: downloaded (sha256 prefix checked by
+    torch.hub) or read from torch.hub's cache (checked here first)."""
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / entry.file_name
+    if cached.is_file():
+        _check_prefix(cached, entry, f"model {spec.name!r}: torch.hub's cached file")
+    try:
+        return torch.hub.load_state_dict_from_url(entry.url, map_location="cpu", check_hash=True, weights_only=True)
+    except UserError:
+        raise
+    except RuntimeError as exc:
+        if "invalid hash value" in str(exc):
+            raise UserError(f"model {spec.name!r}: the file downloaded from {entry.url} does not have the pinned "
+                            f"sha256 prefix {entry.sha256_prefix} ({_first_line(exc)})") from None
+        raise UserError(f"model {spec.name!r}: cannot load {entry.url} "
+                        f"({type(exc).__name__}: {_first_line(exc)})") from None
+    except Exception as exc:  # no network, DNS failure, HTTP error
+        raise UserError(f"model {spec.name!r}: cannot download {entry.url} ({type(exc).__name__}; no internet?); "
+                        f"run once with internet, or download that file and give it as `weights:` "
+                        f"in {spec.source}") from None
+
+
+def build_cifar_hub(spec, device: str = "cpu") -> nn.Module:
+    """A chenyaofo/pytorch-cifar-models CIFAR-10 model taking pixels in [0,1] (see the module docstring)."""
+    from . import cifar_hub
+
+    _, arch = loader_of(spec.arch)
+    entry = cifar_hub.get(arch)
+    if spec.dataset != "cifar10" or spec.num_classes != 10:
+        raise UserError(f"model {spec.name!r}: {spec.arch} is a CIFAR-10 model (dataset: cifar10, num_classes: 10)")
+    model = cifar_hub.build(arch, 10)
+    if spec.pretrained.get("random_init"):
+        return model
+    weights = _weights_file(spec)
+    if weights:
+        _check_prefix(weights, entry, f"model {spec.name!r}: weights file")
+        try:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise UserError(f"model {spec.name!r}: weights file {weights!r} cannot be read with "
+                            f"torch.load(weights_only=True) ({type(exc).__name__}: {_first_line(exc)})") from None
+        where = f"model {spec.name!r}: weights file {weights!r}"
+    else:
+        state = _hub_state(spec, entry)
+        where = f"model {spec.name!r}: {entry.url}"
+    cifar_hub.load_state(model, state, where)
+    return model
+
+
+def _robustbench_dir() -> Path:
+    from ..config import cache_dir
+
+    return cache_dir() / "robustbench"
+
+
+def build_robustbench(spec, device: str = "cpu") -> nn.Module:
+    """A RobustBench model (pixels in [0,1]) through ``robustbench.utils.load_model``; with
+    ``random_init`` its architecture from RobustBench's model zoo, without weights."""
+    _, name = loader_of(spec.arch)
+    threat = spec.pretrained.get("tag") or "Linf"
+    try:
+        from robustbench.utils import load_model as robustbench_load
+    except ImportError as exc:  # missing, or installed without its own dependencies
+        raise UserError(f"model {spec.name!r}: {spec.arch} needs the robustbench package, which cannot be imported "
+                        f"({type(exc).__name__}: {_first_line(exc)}); install it with `{ROBUSTBENCH_INSTALL}` "
+                        f"(not a dependency of advtransfer)") from None
+    if spec.pretrained.get("random_init"):
+        from robustbench.model_zoo import model_dicts
+        from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+
+        try:
+            return model_dicts[BenchmarkDataset(spec.dataset)][ThreatModel(threat)][name]["model"]()
+        except (KeyError, ValueError):
+            raise UserError(f"model {spec.name!r}: RobustBench has no {spec.dataset} {threat} architecture "
+                            f"constructor for {name!r}") from None
+    target = _robustbench_dir() / spec.dataset / threat / f"{name}.pt"
+    try:
+        return robustbench_load(model_name=name, model_dir=str(_robustbench_dir()), dataset=spec.dataset,
+                                threat_model=threat)
+    except KeyError:
+        raise UserError(f"model {spec.name!r}: RobustBench has no {spec.dataset} {threat} model {name!r} "
+                        f"(see robustbench.model_zoo)") from None
+    except Exception as exc:  # download failed (no internet) or an unreadable checkpoint
+        raise UserError(f"model {spec.name!r}: RobustBench could not load {name!r} ({type(exc).__name__}: "
+                        f"{_first_line(exc)}); it needs internet on first use, or its checkpoint at "
+                        f"{str(target)!r}") from None
+
+
+_BUILDERS = {"open_clip": build_open_clip, "timm": build_timm, "cifar_hub": build_cifar_hub,
+             "robustbench": build_robustbench}
+
+
 def build_pretrained(spec, device: str = "cpu") -> nn.Module:
     """The eval-mode module of a pretrained entry (weights frozen); see the module docstring.
     Torch's global random state is left unchanged (building initialises weights at random before
@@ -253,7 +413,7 @@ def build_pretrained(spec, device: str = "cpu") -> nn.Module:
 
     kind, _ = loader_of(spec.arch)
     with seeded(0 if spec.pretrained.get("random_init") else None, device):
-        model = build_open_clip(spec, device) if kind == "open_clip" else build_timm(spec, device)
+        model = _BUILDERS[kind](spec, device)
     model.eval().to(device)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -261,6 +421,17 @@ def build_pretrained(spec, device: str = "cpu") -> nn.Module:
 
 
 def identity(spec) -> dict:
-    """What determines a pretrained entry's weights (hashed into its card's recipe_hash)."""
-    return {"arch": spec.arch, "arch_kwargs": spec.arch_kwargs, "dataset": spec.dataset,
-            "num_classes": spec.num_classes, "pretrained": spec.pretrained}
+    """What determines a pretrained entry's weights (hashed into its card's recipe_hash); for
+    cifar_hub the release URL and pinned sha256 prefix, for robustbench the model it names."""
+    ident = {"arch": spec.arch, "arch_kwargs": spec.arch_kwargs, "dataset": spec.dataset,
+             "num_classes": spec.num_classes, "pretrained": spec.pretrained}
+    kind, name = loader_of(spec.arch)
+    if kind == "cifar_hub":
+        from . import cifar_hub
+
+        entry = cifar_hub.get(name)
+        ident["release"] = {"url": entry.url, "sha256_prefix": entry.sha256_prefix}
+    elif kind == "robustbench":
+        ident["robustbench"] = {"model_name": name, "dataset": spec.dataset,
+                                "threat_model": spec.pretrained.get("tag") or "Linf"}
+    return ident
