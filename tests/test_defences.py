@@ -329,3 +329,38 @@ def test_defended_rows_in_a_grid(trained, cache_dir, tmp_path):
         compare_victims(run, "resnet20_zz")
     proc = cli("compare", str(run), "--reference-victim", "resnet20_b", "--reference", "resnet20_a", check=False)
     assert proc.returncode == 2 and "give one of them" in proc.stderr
+
+
+def test_compare_victims_pools_victim_replicates_as_strata(monkeypatch):
+    """Replicate k of a victim is paired with replicate k of the reference on the same cell; a
+    victim without replicates is paired with the reference itself."""
+    import pandas as pd
+
+    from advtransfer.analysis import compare
+
+    n = 10
+    outcome = {"d": 2, "d@r1": 3, "p": 6, "p@r1": 7, "q": 6}  # successes among the 10 images
+    rows = [{"cell_id": "c1", "victim": v, "is_whitebox": False, "surrogate_base": "s", "surrogate": "s",
+             "attack_label": "mifgsm", "eps": 8 / 255, "eps_str": "8/255", "norm": "linf", "targeted": False,
+             "seed": 0, "replicate": 0, "match": "none", "baseline_for": "", "grad_evals": 10} for v in outcome]
+    table = pd.DataFrame(rows)
+    table.attrs["missing"] = []
+
+    class FakeSamples:
+        def __init__(self, _run) -> None:
+            pass
+
+        def get(self, cell_id: str, victim: str) -> pd.DataFrame:
+            k = outcome[victim]
+            return pd.DataFrame({"index": range(n), "clean_correct": [True] * n, "success": [i < k for i in range(n)]})
+
+    monkeypatch.setattr(compare, "read_results", lambda _run: table.copy())
+    monkeypatch.setattr(compare, "Samples", FakeSamples)
+    out = compare.compare_victims("run", "p").set_index("a_label")
+    assert sorted(out.index) == ["d", "q"]
+    d = out.loc["d"]
+    assert d["n_strata"] == 2 and d["n_pairs"] == 2 * n
+    assert d["asr_a"] == pytest.approx(5 / 20) and d["asr_b"] == pytest.approx(13 / 20)
+    assert d["diff_rep_min"] == pytest.approx(-0.4) and d["diff_rep_max"] == pytest.approx(-0.4)
+    q = out.loc["q"]
+    assert q["n_strata"] == 1 and q["asr_b"] == pytest.approx(0.6) and q["diff"] == pytest.approx(0.0)

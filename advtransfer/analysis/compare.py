@@ -240,27 +240,40 @@ def compare_victims(run_dir: str | Path, reference: str, method: str = "newcombe
     on the same crafted examples (the same cell), paired on the images both classify correctly
     when clean (so each side's rate here may differ from its row's ``asr``, which counts that
     victim's own clean-correct images). The question it answers: is this defence less fooled by
-    the same adversarial examples than that one? ``a_label``/``b_label`` hold the victim names,
-    the attack is in ``attack_label``, ``compare_by`` is 'victim'; ``diff = asr_a - asr_b``
-    (negative: victim A is fooled less). White-box rows are left out."""
+    the same adversarial examples than that one? Victim replicates (``<entry>@r<k>``, independently
+    trained copies) are pooled as strata: replicate k of a victim is paired with replicate k of
+    the reference where the run has it, else with the reference itself, on every cell of the
+    (surrogate, attack, ε, seed). ``a_label``/``b_label`` hold the victim entries, the attack is in
+    ``attack_label``, ``compare_by`` is 'victim'; ``diff = asr_a - asr_b`` (negative: victim A
+    is fooled less). White-box rows are left out."""
+    from ..models.catalogue import split_replicate
+
     df = read_results(run_dir)
-    victims = sorted(df["victim"].unique())
-    if reference not in victims:
-        raise UserError(f"reference victim {reference!r} is not in {run_dir}; victims there: {', '.join(victims)}")
-    df = df[~df["is_whitebox"].astype(bool)]
-    keys = ["cell_id"]
-    ref = df[df["victim"] == reference]
-    rest = df[df["victim"] != reference]
-    merged = _merge(rest, ref, keys, keys)
+    df = df[~df["is_whitebox"].astype(bool)].copy()
+    parts = [split_replicate(str(v)) for v in df["victim"]]
+    df["victim_base"] = [b for b, _ in parts]
+    df["victim_rep"] = [k for _, k in parts]
+    bases = sorted(df["victim_base"].unique())
+    if reference not in bases:
+        raise UserError(f"reference victim {reference!r} is not in {run_dir}; victims there: {', '.join(bases)}")
+    ref = df[df["victim_base"] == reference]
+    ref_reps = set(ref["victim_rep"])
+    rest = df[df["victim_base"] != reference].copy()
+    rest["ref_rep"] = [k if k in ref_reps else 0 for k in rest["victim_rep"]]
+    merged = _merge(rest, ref.assign(ref_rep=ref["victim_rep"]), ["cell_id", "ref_rep"], ["cell_id", "ref_rep"])
     if merged.empty:
         raise UserError(f"no cell of {run_dir} has both {reference!r} and another victim (white-box rows left out)")
     samples = Samples(run_dir)
     rows = []
-    for pairs in _grouped(merged, ["victim_a", "surrogate_base_a", "attack_label_a", "eps_a", "seed_a", "cell_id_a"]):
+    for pairs in _grouped(merged, ["victim_base_a", "surrogate_base_a", "attack_label_a", "eps_a", "seed_a"]):
+        # strata: the victim replicate (and the surrogate replicate, if the run has several)
+        pairs = [(ra.copy(), rb) for ra, rb in pairs]
+        for ra, _ in pairs:
+            ra["replicate"] = int(ra["victim_rep"]) * 1000 + int(ra["replicate"])
         row = _compare_group(pairs, samples, samples, method, seed)
         ra, rb = pairs[0]
-        row.update(a_label=ra["victim"], b_label=rb["victim"], victim=ra["victim"], attack_label=ra["attack_label"],
-                   match="none", compare_by="victim")
+        row.update(a_label=ra["victim_base"], b_label=rb["victim_base"], victim=ra["victim_base"],
+                   attack_label=ra["attack_label"], match="none", compare_by="victim")
         rows.append(row)
     out = _finish(rows)
     out["a_run"] = out["b_run"] = Path(run_dir).name
