@@ -309,7 +309,9 @@ def test_defended_rows_in_a_grid(trained, cache_dir, tmp_path):
     path = tmp_path / "def.yaml"
     path.write_text(yaml.safe_dump(grid))
     run = tmp_path / "run"
-    cli("grid", str(path), "--out", str(run), "--no-progress")
+    from advtransfer.cli import main
+
+    assert main(["grid", str(path), "--out", str(run), "--no-progress"]) == 0
     import pandas as pd
 
     table = pd.read_parquet(run / "results.parquet")

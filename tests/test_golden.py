@@ -92,6 +92,7 @@ def _write_planted_grid(path: Path) -> Path:
     grid = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
     # I-FGSM's default step is alpha = eps / steps (0.1 eps at 10 steps); +10% makes it 0.11 eps
     grid["attacks"] = {"ifgsm": {"alpha_over_eps": 0.11}}
+    grid["eps"] = ["8/255"]  # one budget is enough to plant the change (and halves the run)
     path.write_text(yaml.safe_dump(grid))
     return path
 
@@ -111,8 +112,10 @@ def test_planted_step_size_change_is_caught(golden, capsys):
     capsys.readouterr()
     moved = check_against_baseline(planted, base_dir)
     by = {s: [m for m in moved if m.status == s] for s in ("moved", "new", "missing")}
-    # the planted run has only ifgsm: every mifgsm row of the baseline is reported missing
-    assert len(by["missing"]) == 30 and {m.key["attack_label"] for m in by["missing"]} == {"mifgsm"}
+    # the planted run has only ifgsm at 8/255: every mifgsm row and every 4/255 row of the baseline is missing
+    assert len(by["missing"]) == 45
+    assert {(m.key["attack_label"], m.key["eps_str"]) for m in by["missing"]} == {
+        ("mifgsm", "4/255"), ("mifgsm", "8/255"), ("ifgsm", "4/255")}
     assert by["new"] == []
     # the step-size change moves ifgsm rows, and only those; each is named with its counts
     assert by["moved"] and {m.key["attack_label"] for m in by["moved"]} == {"ifgsm"}
