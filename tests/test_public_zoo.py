@@ -27,7 +27,9 @@ PUBLIC = os.path.join(REPO, "victims", "cifar10_public.yaml")
 # millions of parameters, as in the collection's README (CIFAR-10 table)
 PARAMS_M = {"resnet20": 0.27, "resnet32": 0.47, "resnet44": 0.66, "resnet56": 0.86, "vgg11_bn": 9.76,
             "vgg13_bn": 9.94, "vgg16_bn": 15.25, "vgg19_bn": 20.57, "mobilenetv2_x0_5": 0.70,
-            "mobilenetv2_x0_75": 1.37, "mobilenetv2_x1_0": 2.24, "mobilenetv2_x1_4": 4.33}
+            "mobilenetv2_x0_75": 1.37, "mobilenetv2_x1_0": 2.24, "mobilenetv2_x1_4": 4.33,
+            "shufflenetv2_x0_5": 0.35, "shufflenetv2_x1_0": 1.26, "shufflenetv2_x1_5": 2.49,
+            "shufflenetv2_x2_0": 5.37, "repvgg_a0": 7.84, "repvgg_a1": 12.82, "repvgg_a2": 26.82}
 
 
 @pytest.fixture
@@ -81,7 +83,18 @@ def test_release_table():
     assert cifar_hub.HUB_MEAN == (0.4914, 0.4822, 0.4465) and cifar_hub.HUB_STD == (0.2023, 0.1994, 0.2010)
 
 
-@pytest.mark.parametrize("arch", list(PARAMS_M))
+# the whole loading path (weights file, checksum pin, strict keys, [0,1] input) for the smallest
+# model of each family; every other size is built and counted (same code, other widths/depths)
+WIRED = ["resnet20", "vgg11_bn", "mobilenetv2_x0_5", "shufflenetv2_x0_5", "repvgg_a0"]
+
+
+@pytest.mark.parametrize("arch", [a for a in PARAMS_M if a not in WIRED])
+def test_every_size_builds_with_the_published_parameter_count(arch):
+    net = cifar_hub.build_net(arch)
+    assert round(sum(p.numel() for p in net.parameters()) / 1e6, 2) == PARAMS_M[arch]
+
+
+@pytest.mark.parametrize("arch", WIRED)
 def test_local_weights_load_strictly_and_take_pixels(zoo, tmp_path, monkeypatch, arch):
     from advtransfer.models import zoo as z
 

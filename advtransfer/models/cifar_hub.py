@@ -7,10 +7,15 @@ names, so that the released state dicts load with ``strict=True``:
 * ``vgg11_bn``, ``vgg13_bn``, ``vgg16_bn``, ``vgg19_bn``: VGG with BatchNorm (``features``) and a
   512-512-10 MLP with dropout (``classifier``); 32×32 inputs only (five 2×2 pools down to 1×1);
 * ``mobilenetv2_x0_5``, ``_x0_75``, ``_x1_0``, ``_x1_4``: MobileNetV2 with the CIFAR strides (stem
-  and the second stage at stride 1).
+  and the second stage at stride 1);
+* ``shufflenetv2_x0_5``, ``_x1_0``, ``_x1_5``, ``_x2_0``: ShuffleNetV2 (stage repeats 4/8/4) with
+  the CIFAR changes (stride-1 stem, no stem max-pool);
+* ``repvgg_a0``, ``repvgg_a1``, ``repvgg_a2``: RepVGG-A (blocks 2/4/14/1, no grouped layers) in its
+  train-time multi-branch form (3×3 conv-BN ``rbr_dense``, 1×1 conv-BN ``rbr_1x1`` and, where the
+  shape is kept, a BN ``rbr_identity``), the form the released state dicts hold; stem and first
+  stage at stride 1. The deploy-time re-parameterisation (one fused 3×3 conv) is not implemented.
 
-Left out: the collection's ShuffleNetV2 and RepVGG models (and its ViT, which has no released
-weights); its CIFAR-100 releases.
+Left out: the collection's ViT (no released weights); its CIFAR-100 releases.
 
 The released networks expect normalised inputs (the codebase's data pipeline normalises with the
 mean/std below, read from the training configuration printed at the top of each of the
@@ -62,7 +67,7 @@ class HubModel:
 
 
 # Prefixes and accuracies as listed in the README's CIFAR-10 table and the `*_pretrained_weight_urls`
-# dicts of pytorch_cifar_models/{resnet,vgg,mobilenetv2}.py (commit 786c162).
+# dicts of pytorch_cifar_models/{resnet,vgg,mobilenetv2,shufflenetv2,repvgg}.py (commit 786c162).
 MODELS: dict[str, HubModel] = {m.name: m for m in (
     HubModel("resnet20", "resnet", "4118986f", 92.60),
     HubModel("resnet32", "resnet", "ef93fc4d", 93.53),
@@ -76,6 +81,13 @@ MODELS: dict[str, HubModel] = {m.name: m for m in (
     HubModel("mobilenetv2_x0_75", "mobilenetv2", "a53c314e", 93.72),
     HubModel("mobilenetv2_x1_0", "mobilenetv2", "fe6a5b48", 93.79),
     HubModel("mobilenetv2_x1_4", "mobilenetv2", "3bbbd6e2", 94.22),
+    HubModel("shufflenetv2_x0_5", "shufflenetv2", "1308b4e9", 90.13),
+    HubModel("shufflenetv2_x1_0", "shufflenetv2", "98807be3", 92.98),
+    HubModel("shufflenetv2_x1_5", "shufflenetv2", "296694dd", 93.55),
+    HubModel("shufflenetv2_x2_0", "shufflenetv2", "ec31611c", 93.81),
+    HubModel("repvgg_a0", "repvgg", "ef08a50e", 94.39),
+    HubModel("repvgg_a1", "repvgg", "38d2431b", 94.89),
+    HubModel("repvgg_a2", "repvgg", "09488915", 94.98),
 )}
 
 
@@ -225,6 +237,129 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+# ---------------------------------------------------------------------------------------------
+# ShuffleNetV2 (CIFAR: stride-1 stem, no max-pool)
+
+# output channels of the stem, stage2, stage3, stage4 and conv5 per width
+SHUFFLE_CHANNELS: dict[str, tuple[int, int, int, int, int]] = {
+    "0_5": (24, 48, 96, 192, 1024), "1_0": (24, 116, 232, 464, 1024),
+    "1_5": (24, 176, 352, 704, 1024), "2_0": (24, 244, 488, 976, 2048)}
+SHUFFLE_REPEATS = (4, 8, 4)
+
+
+def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, relu: bool = True) -> list[nn.Module]:
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+                               nn.BatchNorm2d(cout)]
+    return layers + [nn.ReLU(inplace=True)] if relu else layers
+
+
+class ShuffleUnit(nn.Module):
+    """A ShuffleNetV2 unit. Stride 1: half the channels pass through, the other half go through
+    ``branch2`` (1×1 conv-BN-ReLU, 3×3 depthwise conv-BN, 1×1 conv-BN-ReLU). Stride 2: the whole
+    input goes through ``branch1`` (3×3 depthwise conv-BN, 1×1 conv-BN-ReLU) and ``branch2``.
+    The two halves are concatenated and their channels shuffled (2 groups)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        half = cout // 2
+        if stride == 1 and cin != cout:
+            raise ValueError("a stride-1 ShuffleNetV2 unit keeps its channel count")
+        self.stride = stride
+        self.branch1 = (nn.Sequential(*_conv_bn(cin, cin, 3, stride, groups=cin, relu=False), *_conv_bn(cin, half, 1))
+                        if stride > 1 else nn.Sequential())
+        b2_in = cin if stride > 1 else half
+        self.branch2 = nn.Sequential(*_conv_bn(b2_in, half, 1),
+                                     *_conv_bn(half, half, 3, stride, groups=half, relu=False),
+                                     *_conv_bn(half, half, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride == 1:
+            keep, x = x.chunk(2, dim=1)
+        else:
+            keep = self.branch1(x)
+        y = torch.cat((keep, self.branch2(x)), dim=1)
+        # channel shuffle: (N, 2·C', H, W) → (N, 2, C', H, W) → swap the two channel axes → flatten
+        return y.unflatten(1, (2, -1)).transpose(1, 2).flatten(1, 2)
+
+
+class ShuffleNetV2(nn.Module):
+    """``conv1``: stride-1 3×3 conv-BN-ReLU stem; ``stage2``–``stage4``: a stride-2 unit then
+    stride-1 units (:data:`SHUFFLE_REPEATS`); ``conv5``: 1×1 conv-BN-ReLU; global average pooling;
+    ``fc``."""
+
+    def __init__(self, width: str, num_classes: int = 10) -> None:
+        super().__init__()
+        channels = SHUFFLE_CHANNELS[width]
+        self.conv1 = nn.Sequential(*_conv_bn(3, channels[0], 3))
+        cin = channels[0]
+        for i, (n, cout) in enumerate(zip(SHUFFLE_REPEATS, channels[1:4]), start=2):
+            setattr(self, f"stage{i}", nn.Sequential(ShuffleUnit(cin, cout, 2),
+                                                      *(ShuffleUnit(cout, cout, 1) for _ in range(n - 1))))
+            cin = cout
+        self.conv5 = nn.Sequential(*_conv_bn(cin, channels[4], 1))
+        self.fc = nn.Linear(channels[4], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage4(self.stage3(self.stage2(self.conv1(x))))
+        return self.fc(self.conv5(x).mean((2, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
+# RepVGG-A, train-time (multi-branch) form (CIFAR: stem and stage1 at stride 1)
+
+REPVGG_BLOCKS = (2, 4, 14, 1)
+REPVGG_WIDTHS: dict[str, tuple[float, float, float, float]] = {
+    "a0": (0.75, 0.75, 0.75, 2.5), "a1": (1.0, 1.0, 1.0, 2.5), "a2": (1.5, 1.5, 1.5, 2.75)}
+
+
+def _named_conv_bn(cin: int, cout: int, k: int, stride: int) -> nn.Sequential:
+    branch = nn.Sequential()
+    branch.add_module("conv", nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, bias=False))
+    branch.add_module("bn", nn.BatchNorm2d(cout))
+    return branch
+
+
+class RepVGGBlock(nn.Module):
+    """ReLU(3×3 conv-BN ``rbr_dense`` + 1×1 conv-BN ``rbr_1x1`` [+ BN ``rbr_identity`` when the
+    input and output shapes agree])."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.rbr_identity = nn.BatchNorm2d(cin) if cin == cout and stride == 1 else None
+        self.rbr_dense = _named_conv_bn(cin, cout, 3, stride)
+        self.rbr_1x1 = _named_conv_bn(cin, cout, 1, stride)
+        self.nonlinearity = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.rbr_dense(x) + self.rbr_1x1(x)
+        if self.rbr_identity is not None:
+            y = y + self.rbr_identity(x)
+        return self.nonlinearity(y)
+
+
+class RepVGG(nn.Module):
+    """``stage0``: one block 3 → min(64, 64·w₀) channels; ``stage1``–``stage4``: blocks of
+    64·w₀, 128·w₁, 256·w₂, 512·w₃ channels (:data:`REPVGG_BLOCKS`; first strides 1, 2, 2, 2);
+    ``gap``; ``linear``."""
+
+    def __init__(self, variant: str, num_classes: int = 10) -> None:
+        super().__init__()
+        w = REPVGG_WIDTHS[variant]
+        cin = min(64, int(64 * w[0]))
+        self.stage0 = RepVGGBlock(3, cin, 1)
+        for i, (n, base, wi, stride) in enumerate(zip(REPVGG_BLOCKS, (64, 128, 256, 512), w, (1, 2, 2, 2)), start=1):
+            cout = int(base * wi)
+            setattr(self, f"stage{i}", nn.Sequential(*(RepVGGBlock(cin if j == 0 else cout, cout, stride if j == 0 else 1)
+                                                       for j in range(n))))
+            cin = cout
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.linear = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage4(self.stage3(self.stage2(self.stage1(self.stage0(x)))))
+        return self.linear(torch.flatten(self.gap(x), 1))
+
+
 def _init(model: nn.Module, linear_std: float | None = None) -> None:
     """He-normal (fan-out) convolutions, unit/zero BatchNorm, zero biases; linear layers
     N(0, ``linear_std``) with zero bias when given, else PyTorch's default."""
@@ -246,6 +381,8 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     **{f"vgg{d}_bn": (lambda nc, d=d: VGG(d, nc)) for d in (11, 13, 16, 19)},
     **{f"mobilenetv2_x{w}": (lambda nc, w=w: MobileNetV2(float(w.replace("_", ".")), nc))
        for w in ("0_5", "0_75", "1_0", "1_4")},
+    **{f"shufflenetv2_x{w}": (lambda nc, w=w: ShuffleNetV2(w, nc)) for w in SHUFFLE_CHANNELS},
+    **{f"repvgg_{v}": (lambda nc, v=v: RepVGG(v, nc)) for v in REPVGG_WIDTHS},
 }
 
 
