@@ -39,7 +39,11 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     """One victim on a crafted cell.
 
     ``x``, ``y``, ``clean_pred`` (the victim's labels on x) and ``sur_correct`` are those of the
-    crafted images (``crafted.index``, same order). Returns the row's counts, rates, distortion and
+    crafted images (``crafted.index``, same order); ``y`` holds the dataset's labels. A
+    downstream victim (one with a ``label_map``, see :mod:`advtransfer.variants`) is scored on its
+    own labels: an image is a success when its prediction changes from correct, images outside
+    its task are not counted, and its rates are over the ``n_task`` images of its task.
+    Returns the row's counts, rates, distortion and
     ``eval_s``, and the per-image table (``cell_id`` left to the caller): index, clean_correct,
     adv_pred, success, margin, linf, l2, success_draws.
 
@@ -52,6 +56,16 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     from .models.defences import draws_of
 
     t0 = time.perf_counter()
+    n_task = len(y)
+    label_map = getattr(victim, "label_map", None)
+    if label_map is not None:  # a downstream victim with its own label set (advtransfer.variants)
+        if crafted.target is not None:
+            from .errors import UserError
+
+            raise UserError("a targeted attack's target is a class of the dataset; a downstream victim "
+                            "with its own label set cannot be scored on it: leave it out of targeted grids")
+        y = label_map.to(y.device)[y]  # images outside its task get OUT_OF_TASK: never clean-correct
+        n_task = int((y >= 0).sum())
     k = draws_of(victim)
     if k > 1:
         victim.draw = 0
@@ -72,14 +86,19 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
         if k > 1:
             victim.draw = 0
     eval_s = time.perf_counter() - t0
-    row.update(distortion(x, crafted.x_adv), eval_s=eval_s, draws=k,
+    if n_task != len(y):  # rates over the images of the victim's task
+        row.update(clean_acc=row["n_clean_correct"] / n_task if n_task else float("nan"),
+                   adv_acc=row["n_adv_correct"] / n_task if n_task else float("nan"))
+    row.update(distortion(x, crafted.x_adv), eval_s=eval_s, draws=k, n_task=n_task,
                asr_draws_mean=float(torch.tensor(asrs, dtype=torch.float64).mean()),
                asr_draws_worst=float(max(asrs)))
     linf, l2 = per_sample_norms(x, crafted.x_adv)
     goal = crafted.target if crafted.target is not None else y
+    margin = margins(logits, goal.clamp(min=0)).double()
+    margin[goal < 0] = float("nan")  # outside a downstream victim's task
     samples = pd.DataFrame({
         "index": crafted.index.numpy(), "clean_correct": (clean_pred == y).numpy(), "adv_pred": adv_pred.numpy(),
-        "success": success.numpy(), "margin": margins(logits, goal).double().numpy(), "linf": linf.numpy(),
+        "success": success.numpy(), "margin": margin.numpy(), "linf": linf.numpy(),
         "l2": l2.numpy(), "success_draws": torch.stack(per_draw).double().mean(0).numpy()})
     return row, samples
 

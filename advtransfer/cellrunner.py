@@ -195,6 +195,8 @@ class CellRunner:
             raise UserError(f"models {', '.join(missing)} are not trained at size {spec.size}; "
                             f"run `advtransfer zoo train {' '.join(missing)} --size {spec.size}` first")
         self.shas = {m: c["sha256"] for m, c in self.cards.items()}
+        specs = zoo.load_specs()
+        self.variants = {m: zoo.get_spec(m, specs).data_variant(spec.size) for m in spec.model_names()}
         self.cells = expand_cells(spec, self.shas)
         ds = load_dataset(spec.dataset, spec.split, data_dir)
         self.x, self.y, self.index = eval_subset(ds, spec.n, spec.start)
@@ -204,8 +206,9 @@ class CellRunner:
         self.run_id = self.run_dir.name
 
     def train_data(self, n: int):
-        """The first n training images, for kinds that learn on training data."""
-        return eval_subset(load_dataset(self.spec.dataset, "train", self.data_dir), n)
+        """The first n training images, for kinds that learn on training data: of the grid's
+        ``craft_dataset`` where it names one (e.g. the unshifted source domain), else its dataset."""
+        return eval_subset(load_dataset(self.spec.craft_dataset or self.spec.dataset, "train", self.data_dir), n)
 
     def cell(self, cell_id: str) -> Cell:
         for c in self.cells:
@@ -233,6 +236,8 @@ class CellRunner:
                                           self.device, progress=lambda _v: vbar.update(1))
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         rows = [{**fields, **r, "victim_family": self.cards[r["victim"]]["family"],
+                 "surrogate_data": "+".join(self.variants[m].describe() for m in cell.surrogate.models),
+                 "victim_data": self.variants[r["victim"]].describe(), "victim_labels": self.variants[r["victim"]].labels,
                  "is_whitebox": r["victim"] in cell.surrogate.models, "victim_sha": self.shas[r["victim"]],
                  "device": self.device, "created_at": now} for r in rows]
         new = schema.conform(pd.DataFrame(rows), schema.RESULTS)

@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
+from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .analysis.cli_golden import add_golden_parser, cmd_golden
 from .errors import UserError
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_distortion_parser(sub)
     add_golden_parser(sub)
+    add_mismatch_parsers(sub)
     return ap
 
 
@@ -359,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
                 "layers": cmd_layers, "pas": cmd_pas,
                 "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
-                "golden": cmd_golden}[args.cmd](args)
+                "golden": cmd_golden, "dumb": cmd_dumb, "lineage": cmd_lineage,
+                "knowledge": cmd_knowledge}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2

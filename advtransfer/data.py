@@ -246,12 +246,25 @@ DATASETS = {"cifar10": load_cifar10, "imagenet": load_imagenet}
 
 
 def load_dataset(name: str, split: str = "test", data_dir: str | os.PathLike | None = None) -> Split:
-    """Load a registered dataset split by name."""
-    if name not in DATASETS:
+    """Load a registered dataset split by name; ``<name>-<shift>`` (e.g. ``cifar10-colour``) is the
+    split with every image distribution-shifted (:mod:`advtransfer.variants`)."""
+    from .variants import SHIFTS, parse_dataset_name
+
+    base, shift = parse_dataset_name(name)
+    if base not in DATASETS:
         from .registry import suggest
 
-        raise UserError(suggest(name, list(DATASETS), "dataset"))
-    return DATASETS[name](split, data_dir=data_dir)
+        raise UserError(suggest(name, list(DATASETS) + [f"cifar10-{s}" for s in SHIFTS], "dataset"))
+    if shift == "none":
+        return DATASETS[base](split, data_dir=data_dir)
+    return _shifted(base, shift, split, str(resolve_data_dir(data_dir) or ""))
+
+
+@lru_cache(maxsize=4)
+def _shifted(base: str, shift: str, split: str, data_dir: str) -> Split:
+    from .variants import shifted_split
+
+    return shifted_split(DATASETS[base](split, data_dir=data_dir or None), shift)
 
 
 def eval_subset(ds: Split, n: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

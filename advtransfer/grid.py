@@ -19,7 +19,7 @@ from .resources import grids_dir
 from .utils import eps_to_str, parse_fraction, short_hash
 
 MATCH_KINDS = ("step", "evals")
-GRID_KEYS = {"executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+GRID_KEYS = {"craft_dataset", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -78,6 +78,7 @@ class GridSpec:
     matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
     executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
     workers: int | None = None       # local executor: worker processes
+    craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims)
@@ -115,6 +116,7 @@ def _is_int(v: Any) -> bool:
 def _check_scalars(raw: dict, src: str) -> None:
     """Types and ranges of the grid's scalar keys (one UserError line each)."""
     for key, what in (("name", "a string"), ("description", "a string"), ("dataset", "a dataset name"),
+                      ("craft_dataset", "a dataset name"),
                       ("reference", "a surrogate name")):
         if key in raw:
             _need(isinstance(raw[key], str), src, f"{key} must be {what}, got {raw[key]!r}")
@@ -293,7 +295,8 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         batch_size=int(raw.get("batch_size", 250)), seeds=seeds, norm=norm, eps=eps,
         targeted=bool(raw.get("targeted", False)), budget=budget, attacks=attack_list,
         surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw),
-        matched=tuple(dict.fromkeys(matched)), executor=executor, workers=workers)
+        matched=tuple(dict.fromkeys(matched)), executor=executor, workers=workers,
+        craft_dataset=str(raw.get("craft_dataset", "")))
     _check_models(spec)
     return spec
 
@@ -304,6 +307,15 @@ def _check_models(spec: GridSpec) -> None:
     specs = load_specs()
     for name in spec.model_names():
         get_spec(name, specs)
+    # downstream models (their own label set, advtransfer.variants) are victims only, untargeted
+    downstream = {n for n in spec.model_names() if get_spec(n, specs).num_classes != _num_classes(spec.dataset)}
+    sur = sorted({m for s in spec.surrogates for m in s.models} & downstream)
+    _need(not sur, spec.source, f"surrogate {sur[0] if sur else ''!r} predicts its own label set, not the dataset's; "
+                                "attacks need the dataset's labels: use it as a victim only")
+    targeted = spec.targeted or any(a.params.get("targeted") for a in spec.attacks)
+    vic = sorted(set(spec.victims) & downstream)
+    _need(not (vic and targeted), spec.source, f"victim {vic[0] if vic else ''!r} predicts its own label set, so a "
+                                               "targeted attack's target class means nothing to it; leave it out of targeted grids")
 
 
 #: attack parameters the grid sets for every cell: giving them per attack would be ambiguous
@@ -418,6 +430,8 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
         }
         if s.options:
             config["surrogate_options"] = dict(s.options)
+        if spec.craft_dataset and attack.kind not in PER_IMAGE_KINDS:
+            config["craft_dataset"] = spec.craft_dataset
         cid = short_hash(config)
         if cid in cells:  # a shared baseline: it serves one more attack
             old = cells[cid]

@@ -299,8 +299,10 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
         for v in todo:
             size = str(rows.loc[rows["victim"] == v, "zoo_size"].iloc[0])
             log(f"minimal distortion: cell {cell_id} victim {v} ({len(x)} images)")
-            out = min_scale_search(models.get(v, size), x, x_adv, goal, targeted, cap, rel_tol, abs_tol,
-                                   batch_size, device)
+            model = models.get(v, size)
+            lm = getattr(model, "label_map", None)  # a downstream victim: its own labels (never targeted)
+            out = min_scale_search(model, x, x_adv, lm[goal] if lm is not None else goal, targeted, cap, rel_tol,
+                                   abs_tol, batch_size, device)
             m = pd.DataFrame({"index": index.numpy(), **{k: out[k].numpy() for k in MEASURED_COLUMNS}})
             sel = df["victim"] == v
             merged = df.loc[sel, ["index"]].merge(m, on="index", how="left")

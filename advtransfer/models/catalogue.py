@@ -48,6 +48,17 @@ class ModelSpec:
         base.update(sizes[size])
         return base
 
+    def data_variant(self, size: str):
+        """The training-data variant of the recipe at ``size`` (:class:`advtransfer.variants.DataVariant`);
+        a defended entry has its base's, a pretrained entry the default."""
+        from ..variants import DataVariant
+
+        if self.defence is not None:
+            return get_spec(self.base).data_variant(size)
+        if self.pretrained is not None:
+            return DataVariant()
+        return DataVariant.from_recipe(self.resolved_recipe(size), f"{self.source}: model {self.name!r}")
+
     def method_version(self) -> int | None:
         """``VERSION`` of the training method of the recipe (None for a pretrained or defended entry)."""
         if self.pretrained is not None or self.defence is not None:
@@ -81,6 +92,10 @@ class ModelSpec:
             # version 1 is each method's code as it was when versions were introduced: left out of
             # the hash so that models trained before then stay valid; any bump changes the hash
             ident["method_version"] = version
+        if ident["recipe"].get("data"):  # how variants select and shift images is code: versioned
+            from ..variants import VERSION as variants_version
+
+            ident["variants_version"] = variants_version
         base = ident["recipe"].get("init_from")
         if base:
             ident["init_from_hash"] = get_spec(base).recipe_hash(size)
@@ -146,6 +161,21 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
         pass
     elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
         raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
+    else:  # a training-data variant (advtransfer.variants): checked here, its label set sizes the head
+        from ..variants import DataVariant
+
+        where = f"{source}: model {entry['name']!r}"
+        rec = entry["recipe"]
+        sizes = [v for v in rec["sizes"].values() if isinstance(v, dict)]
+        # a size's data replaces the shared one (as resolved_recipe does)
+        labels = {DataVariant.from_recipe({"data": sz.get("data", rec.get("data"))}, where).labels for sz in sizes}
+        if len(labels) > 1:
+            raise UserError(f"{where}: every size must predict the same label set, got {sorted(labels)}")
+        if labels and labels != {"cifar10"}:
+            n_cls = DataVariant(labels=labels.pop()).num_classes
+            if entry.get("num_classes", n_cls) != n_cls:
+                raise UserError(f"{where}: num_classes {entry['num_classes']} does not match its label set ({n_cls} classes)")
+            entry = {**entry, "num_classes": n_cls}
     return ModelSpec(**{k: entry[k] for k in entry}, source=source)
 
 

@@ -49,13 +49,31 @@ def check_checkpoint(spec: ModelSpec, size: str, cache: str | os.PathLike | None
     verify_checksum(weights, card.get("sha256"), spec.name)
 
 
-def _eval_split(dataset: str, data_dir):
-    """Test images 0..999 ``(x [0,1] N×3×H×W, y)`` of ``dataset``."""
+def _eval_split(dataset: str, data_dir, variant=None):
+    """Test images 0..999 ``(x [0,1] N×3×H×W, y)`` of ``dataset``; with a training-data
+    ``variant`` (:mod:`advtransfer.variants`), in the model's own domain (its shift) and label
+    set, images outside its task left out."""
     from ..data import eval_subset, load_dataset
 
     test = load_dataset(dataset, "test", data_dir)
-    x, y, _ = eval_subset(test, min(_EVAL_IMAGES, len(test)))
-    return x, y
+    x, y, idx = eval_subset(test, min(_EVAL_IMAGES, len(test)))
+    if variant is None or (variant.shift == "none" and variant.labels == "cifar10"):
+        return x, y
+    from ..variants import shift_images
+
+    if variant.shift != "none":
+        raw = shift_images(test.x[idx.numpy()], idx.numpy(), variant.shift)
+        x = torch.from_numpy(raw).permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+    yv = variant.label_map()[y]
+    keep = yv >= 0
+    return x[keep], yv[keep]
+
+
+def _eval_images_label(x: torch.Tensor, variant) -> str:
+    """How the card describes the images its clean accuracy was measured on."""
+    if variant is None or (variant.shift == "none" and variant.labels == "cifar10"):
+        return f"test 0-{len(x) - 1}"
+    return f"test 0-{_EVAL_IMAGES - 1} ({variant.describe()}; {len(x)} in task)"
 
 
 def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
@@ -138,12 +156,17 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
                             f"add {epoch} to its recipe's keep_epochs")
         return card
     recipe = dict(spec.resolved_recipe(size), _name=spec.name)
+    variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)
+    if not variant.is_default:  # the declared source, balance, shift and label set
+        from ..variants import apply_variant
+
+        train = apply_variant(train, variant, recipe.get("train_subset"))
     net = spec.build()
+    head_reset: list[str] = []
     if recipe.get("init_from"):
         ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
-        start = load_model(recipe["init_from"], size, cache)
-        net.load_state_dict(start.state_dict())
+        head_reset = _load_start(net, load_model(recipe["init_from"], size, cache), spec, recipe["init_from"])
     from ..config import train_threads
     from ..rng import pinned_threads, provenance
 
@@ -158,8 +181,8 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     made_by = provenance(device, threads)
     recipe.pop("_name")
     recipe.pop("_sources", None)
-    x, y = _eval_split(spec.dataset, data_dir)
-    images = f"test 0-{len(x) - 1}"
+    x, y = _eval_split(spec.dataset, data_dir, variant)
+    images = _eval_images_label(x, variant)
     accs = {}
     for member in out.meta.get("model_members", list(out.states)):
         net.load_state_dict(out.states[member])
@@ -183,9 +206,26 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     card = make_card(spec, size, recipe=recipe, members=list(out.states), clean_acc=sum(accs.values()) / len(accs),
                      clean_acc_members=accs, clean_acc_images=images, train_s=train_s, sha256=sha,
                      n_params=n_params, device=device, surrogate_params=params, meta=out.meta,
-                     epochs_kept=sorted(kept), provenance=made_by)
+                     epochs_kept=sorted(kept), provenance=made_by, data=variant.describe(),
+                     **({"init_from": recipe["init_from"], "head_reinitialised": head_reset}
+                        if recipe.get("init_from") else {}))
     write_card(card, cache)
     return card
+
+
+def _load_start(net: nn.Module, start: nn.Module, spec: ModelSpec, source: str) -> list[str]:
+    """Load the weights of ``source`` (an ``init_from`` entry) into ``net``. Where the two
+    predict different label sets, the classifier head's tensors (the only ones whose shapes
+    differ) keep their fresh initialisation: a downstream model fine-tuned from a pre-trained one.
+    Returns the names of those tensors."""
+    own, theirs = net.state_dict(), start.state_dict()
+    differ = sorted(k for k in own if k in theirs and own[k].shape != theirs[k].shape)
+    missing = sorted(set(own) ^ set(theirs))
+    if missing or (differ and spec.num_classes == get_spec(source).num_classes):
+        raise UserError(f"model {spec.name!r}: init_from {source!r} does not fit its architecture "
+                        f"({(missing or differ)[0]} differs); init_from needs the same architecture")
+    net.load_state_dict({k: v for k, v in theirs.items() if k not in differ}, strict=False)
+    return differ
 
 
 def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | os.PathLike | None = None,
@@ -243,6 +283,11 @@ def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = ""
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)
+    if spec.pretrained is None and spec.recipe.get("sizes"):
+        # every size predicts the same label set (checked when the catalogue is read)
+        variant = spec.data_variant(next(iter(spec.recipe["sizes"])))
+        if variant.labels != "cifar10":  # a downstream model: evaluated on its own label set
+            net.label_map = variant.label_map()
     return net
 
 

@@ -157,6 +157,29 @@ def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "
         return trainer(net, recipe, data, device, progress)
 
 
+def classifier_head(net: nn.Module) -> nn.Linear:
+    """The network's classifier head: its last ``nn.Linear`` (every registered architecture ends in one)."""
+    heads = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    if not heads:
+        raise UserError("this architecture has no linear classifier head to fine-tune or keep fixed")
+    return heads[-1]
+
+
+def freeze(net: nn.Module, keep: nn.Module | None = None) -> None:
+    """Freeze every parameter of ``net`` outside ``keep`` and hold every module outside it in eval
+    mode (BatchNorm statistics and dropout fixed), even when ``net.train()`` is called later: a
+    linear probe trains the head on the frozen features only."""
+    inside = set(keep.modules()) if keep is not None else set()
+    for m in net.modules():
+        if m in inside:
+            continue
+        for p in m.parameters(recurse=False):
+            p.requires_grad_(False)
+        if m is not net and not any(True for _ in m.children()):
+            m.train = (lambda mod: (lambda mode=True: nn.Module.train(mod, False)))(m)  # type: ignore[method-assign]
+            m.eval()
+
+
 @torch.no_grad()
 def refresh_batchnorm(net: nn.Module, x: torch.Tensor, batch_size: int = 256) -> nn.Module:
     """Recompute every BatchNorm's running mean/variance as the plain average over ``x`` (pixels in

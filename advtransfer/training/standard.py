@@ -10,7 +10,7 @@ from ..data import Split
 from ..errors import UserError
 from ..rng import seeded
 from ..utils import parse_fraction
-from .base import (TrainOutput, batches, lr_at, make_optimizer, steps_per_epoch,
+from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
 
 
@@ -35,7 +35,9 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     may replace the forward/backward pass (it fills ``.grad`` and returns the loss: SAM);
     ``lr_fn(step, total)`` may replace the recipe's schedule (cSGLD); ``after_step(step, total,
     net, lr)`` runs after each optimiser step (Langevin noise, LGV snapshots, SWAG moments).
-    A recipe's ``noise_sigma`` adds Gaussian noise of that standard deviation (pixel units, not
+    A recipe continuing from another entry (``init_from``) fine-tunes it: ``finetune: full``
+    (default) trains every weight, ``finetune: linear`` the classifier head only, on frozen features
+    (BatchNorm statistics held). A recipe's ``noise_sigma`` adds Gaussian noise of that standard deviation (pixel units, not
     clipped) to every training input: the training of randomized smoothing's base (Cohen et al.).
     Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
     state is restored afterwards.
@@ -54,7 +56,14 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     noise = float(recipe.get("noise_sigma", 0.0))
     if noise < 0:
         raise UserError(f"noise_sigma must be >= 0, got {noise}")
-    opt = make_optimizer(net.parameters(), recipe)
+    mode = recipe.get("finetune", "full")
+    if mode not in ("full", "linear"):
+        raise UserError(f"finetune must be full (every weight trains) or linear (the head only), got {mode!r}")
+    if mode == "linear":
+        if not recipe.get("init_from"):
+            raise UserError("finetune: linear trains the head on frozen features; it needs init_from")
+        freeze(net, classifier_head(net))
+    opt = make_optimizer([p for p in net.parameters() if p.requires_grad], recipe)
     total = epochs * steps_per_epoch(len(idx), bs)
     step = 0
     net.to(device).train()
