@@ -103,6 +103,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",
                                           "provenance", "versions", "method_version")}
+                | {k: c[k] for k in ("data", "init_from") if c.get(k) is not None}  # training-data variant, parent
                 for m, c in runner.cards.items()},
         "cells": {**manifest.get("cells", {}), **{c.cell_id: c.config for c in runner.cells}},
     })

@@ -87,7 +87,7 @@ def section_configuration(ctx: ReportContext) -> Section:
                    "configuration")
 
 
-CARD_EXTRA = ("threads", "num_threads", "device", "torch_version", "versions", "train_device")
+CARD_EXTRA = ("data", "init_from", "threads", "num_threads", "device", "torch_version", "versions", "train_device")
 
 
 def _made_by(card: dict) -> str:

@@ -249,7 +249,8 @@ def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | o
         elif not is_trained(spec, size, cache):
             log(f"training {name} ({spec.arch}, size {size}) ...")
             card = train_spec(spec, size, cache, data_dir, device, progress)
-            log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on test 0-999, {card['train_s']:.0f} s")
+            log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on {card.get('clean_acc_images') or 'test 0-999'}, "
+                f"{card['train_s']:.0f} s")
         cards.append(read_card(name, size, cache))
     return cards
 
