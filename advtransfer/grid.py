@@ -308,7 +308,7 @@ def _check_models(spec: GridSpec) -> None:
     for name in spec.model_names():
         get_spec(name, specs)
     # downstream models (their own label set, advtransfer.variants) are victims only, untargeted
-    downstream = {n for n in spec.model_names() if get_spec(n, specs).num_classes != _num_classes(spec.dataset)}
+    downstream = {n for n in spec.model_names() if get_spec(n, specs).label_set() != "cifar10"}
     sur = sorted({m for s in spec.surrogates for m in s.models} & downstream)
     _need(not sur, spec.source, f"surrogate {sur[0] if sur else ''!r} predicts its own label set, not the dataset's; "
                                 "attacks need the dataset's labels: use it as a victim only")

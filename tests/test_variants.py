@@ -317,3 +317,19 @@ def test_downstream_models_are_victims_only_and_never_targeted(tiny_env, tmp_pat
     path.write_text(yaml.safe_dump({**base, "targeted": True, "surrogates": ["t_src"], "victims": ["t_ft_va"]}))
     with pytest.raises(UserError, match="leave it out of targeted grids"):
         load_grid(str(path))
+
+
+def test_knowledge_correlations_separate_the_tasks_from_the_sources():
+    """Pooled over tasks, ρ picks up a task effect (one task has both the larger α1 and the larger
+    gain); within each task it compares sources, where this made-up table has the opposite order."""
+    from advtransfer.analysis.knowledge import correlations
+
+    df = pd.DataFrame({"labels": ["a"] * 4 + ["b"] * 4,
+                       "alpha1": [0.1, 0.2, 0.3, 0.4, 0.7, 0.8, 0.9, 1.0],
+                       "alpha2": [0.1, 0.2, 0.3, 0.4, 0.7, 0.8, 0.9, 1.0],
+                       "own_change_rate": [0.1, 0.2, 0.3, 0.4, 0.7, 0.8, 0.9, 1.0],
+                       "gain": [0.04, 0.03, 0.02, 0.01, 0.14, 0.13, 0.12, 0.11]})
+    c = correlations(df, n_boot=200).set_index(["task", "measure"])
+    assert c.loc[("all", "alpha1"), "rho"] > 0.3
+    assert c.loc[("a", "alpha1"), "rho"] == pytest.approx(-1.0) and c.loc[("b", "alpha1"), "rho"] == pytest.approx(-1.0)
+    assert c.loc[("a", "alpha1"), "n_pairs"] == 4

@@ -104,7 +104,7 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
     cols = ["source", "descendant", "labels", "finetune", "alpha1", "alpha2", "own_change_rate", "acc_descendant",
             "acc_scratch", "gain"]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print("\nSpearman's rho with the fine-tuning gain (over the pairs)")
+    print("\nSpearman's rho with the fine-tuning gain: over all pairs, and within each downstream task")
     print(corr.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"\ntables: {paths[0]} and {paths[1]}; figure: {fig}")
     return 0

@@ -59,6 +59,15 @@ class ModelSpec:
             return DataVariant()
         return DataVariant.from_recipe(self.resolved_recipe(size), f"{self.source}: model {self.name!r}")
 
+    def label_set(self) -> str:
+        """The label set the entry predicts (:data:`advtransfer.variants.LABEL_SETS`; the same at
+        every size): ``cifar10`` (the dataset's own classes) unless its recipe declares another."""
+        if self.defence is not None:
+            return get_spec(self.base).label_set()
+        if self.pretrained is not None or not self.recipe.get("sizes"):
+            return "cifar10"
+        return self.data_variant(next(iter(self.recipe["sizes"]))).labels
+
     def method_version(self) -> int | None:
         """``VERSION`` of the training method of the recipe (None for a pretrained or defended entry)."""
         if self.pretrained is not None or self.defence is not None:

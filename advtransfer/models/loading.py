@@ -284,11 +284,10 @@ def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = ""
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)
-    if spec.pretrained is None and spec.recipe.get("sizes"):
-        # every size predicts the same label set (checked when the catalogue is read)
-        variant = spec.data_variant(next(iter(spec.recipe["sizes"])))
-        if variant.labels != "cifar10":  # a downstream model: evaluated on its own label set
-            net.label_map = variant.label_map()
+    if spec.defence is None and spec.label_set() != "cifar10":  # a downstream model: scored on its own labels
+        from ..variants import DataVariant
+
+        net.label_map = DataVariant(labels=spec.label_set()).label_map()
     return net
 
 
