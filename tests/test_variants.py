@@ -243,8 +243,8 @@ def test_lineage_dumb_and_knowledge_end_to_end(tiny_env, tmp_path, cache_dir):
     assert relation("t_src", "t_scratch_va", specs, "ci") == "scratch"
     assert relation("t_src", "t_src", specs, "ci") == "self"
 
-    grid = {"name": "lin", "dataset": "cifar10-colour", "craft_dataset": "cifar10", "n": 100, "size": "ci",
-            "batch_size": 100, "eps": ["8/255"], "replicates": 2,
+    grid = {"name": "lin", "dataset": "cifar10-colour", "craft_dataset": "cifar10", "n": 60, "size": "ci",
+            "batch_size": 60, "eps": ["8/255"], "replicates": 2,
             "attacks": {"ifgsm": {"steps": 3}, "uap": {"attack": "sgd_uap", "n_craft": 200, "steps": 4}},
             "surrogates": ["t_src"],
             "victims": ["t_src", "t_ft_va", "t_ft_va@r1", "t_lin_l5", "t_shot", "t_scratch_va"]}
@@ -254,7 +254,7 @@ def test_lineage_dumb_and_knowledge_end_to_end(tiny_env, tmp_path, cache_dir):
     assert main(["grid", str(path), "--out", str(run), "--no-progress", "--no-plot", "--no-report"]) == 0
     res = pd.read_parquet(run / "results.parquet")
     l5 = res[res["victim"] == "t_lin_l5"].iloc[0]
-    n_in = int((load_cifar10("test").y[:100] >= 5).sum())
+    n_in = int((load_cifar10("test").y[:60] >= 5).sum())
     assert l5["victim_labels"] == "last5" and l5["n_task"] == n_in
     assert l5["clean_acc"] == pytest.approx(l5["n_clean_correct"] / n_in)
     assert set(res["surrogate_data"]) == {"source=half_a"}
@@ -281,7 +281,7 @@ def test_lineage_dumb_and_knowledge_end_to_end(tiny_env, tmp_path, cache_dir):
     assert c["diff"] == pytest.approx(c["asr_descendant"] - c["asr_control"])
 
     # DUMB-like: two configurations differing in source, architecture (width) and balance
-    grid = {"name": "dumb", "dataset": "cifar10", "n": 100, "size": "ci", "batch_size": 100, "eps": ["8/255"],
+    grid = {"name": "dumb", "dataset": "cifar10", "n": 60, "size": "ci", "batch_size": 60, "eps": ["8/255"],
             "attacks": {"ifgsm": {"steps": 3}}, "surrogates": ["t_d_a", "t_d_b"], "victims": ["t_d_a@r1", "t_d_b@r1"]}
     path.write_text(yaml.safe_dump(grid))
     run2 = tmp_path / "run2"
@@ -298,7 +298,7 @@ def test_lineage_dumb_and_knowledge_end_to_end(tiny_env, tmp_path, cache_dir):
 
     # knowledge: the descendants' metrics beside their gain over the scratch twin
     out = tmp_path / "know"
-    assert main(["knowledge", "t_ft_va", "t_lin_l5", "--size", "ci", "--n", "60", "--steps", "2", "--out", str(out)]) == 0
+    assert main(["knowledge", "t_ft_va", "t_lin_l5", "--size", "ci", "--n", "40", "--steps", "2", "--out", str(out)]) == 0
     k = pd.read_csv(out / "knowledge.csv").set_index("descendant")
     assert k.loc["t_ft_va", "scratch"] == "t_scratch_va" and np.isnan(k.loc["t_lin_l5", "gain"])
     assert k.loc["t_ft_va", "gain"] == pytest.approx(k.loc["t_ft_va", "acc_descendant"] - k.loc["t_ft_va", "acc_scratch"])
