@@ -51,9 +51,6 @@ def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: f
     return torch.cat(out).detach()
 
 
-@torch.no_grad()
-def _delta(model: nn.Module, x: torch.Tensor, x_adv: torch.Tensor) -> torch.Tensor:
-    return (predict_batched(model, x_adv) - predict_batched(model, x)).double()
 
 
 def transfer_metrics(source: nn.Module, target: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: float,
@@ -62,14 +59,15 @@ def transfer_metrics(source: nn.Module, target: nn.Module, x: torch.Tensor, inde
     source's perturbation on the target (its prediction changed) for reference."""
     xs = own_label_pgd(source, x, index, eps, steps, seed)
     xt = own_label_pgd(target, x, index, eps, steps, seed)
-    d_st, d_tt, d_ss = _delta(target, x, xs), _delta(target, x, xt), _delta(source, x, xs)
+    with torch.no_grad():  # each model's logits once per input set
+        ft, ft_s = predict_batched(target, x).double(), predict_batched(target, xs).double()
+        d_st, d_tt = ft_s - ft, predict_batched(target, xt).double() - ft
+        d_ss = (predict_batched(source, xs) - predict_batched(source, x)).double()
     ratio = d_st.norm(dim=1) / d_tt.norm(dim=1).clamp_min(1e-12)
     u_ss = d_ss / d_ss.norm(dim=1, keepdim=True).clamp_min(1e-12)
     u_st = d_st / d_st.norm(dim=1, keepdim=True).clamp_min(1e-12)
     outer = torch.einsum("ni,nj->ij", u_ss, u_st) / len(x)
-    with torch.no_grad():
-        pt = predict_batched(target, x).argmax(1)
-        changed = (predict_batched(target, xs).argmax(1) != pt).double().mean()
+    changed = (ft_s.argmax(1) != ft.argmax(1)).double().mean()
     return {"alpha1": float(ratio.mean()), "alpha2": float(outer.norm()), "own_change_rate": float(changed),
             "n_images": len(x)}
 
