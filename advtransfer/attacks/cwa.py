@@ -1,4 +1,4 @@
-"""CWA, the Common Weakness Attack (Chen et al. 2024), MI variant, L∞.
+"""CWA, the Common Weakness Attack (Chen et al. 2024), MI variant, L∞ (and L2, below).
 
 Per outer step t (x_o the current iterate, every norm per sample):
   1. g = ∇ of the ensemble loss at x_o (mean logits by default: ``ensemble: logit``);
@@ -21,6 +21,12 @@ over β = 50 is small. Pass ``beta: 50`` for the paper's setting.
 
 The official code normalises G by the L1 norm of the *whole batch* (coupling images); here
 each image is normalised on its own. The ablations live in :mod:`.cwa_sam` and :mod:`.cwa_cse`.
+
+L2 (``norm: l2``, not in the paper, which is L∞ only): every sign step becomes the per-sample
+unit-L2 direction (steps 2 and 4: x_o − r·g/‖g‖₂, x_o + α·M/‖M‖₂) and Π projects onto the L2
+ball; r = ε/15 and α = ε/5 as in L∞. The inner step β·m is an L2 move already (m a sum of unit-L2
+gradients); its default in L2 is β = ε (one ε-sized move per member, where the L∞ default of 2
+moves each pixel by about ε at 8/255), and a given ``beta`` is used as it is.
 """
 from __future__ import annotations
 
@@ -31,16 +37,16 @@ import torch
 from ..errors import UserError
 from ..utils import parse_fraction
 from .base import Attack, SurrogateSet, register_attack, take_extra as _take_extra
-from .ops import normalize, project
+from .ops import ascent_direction, normalize, project
 
 DEFAULT_BETA_32 = 2.0
 PAPER = {"beta": 50.0, "r_over_eps": 1 / 15, "alpha_over_eps": 1 / 5, "momentum": 1.0, "inner_momentum": 1.0}
 
 
 class CWAFamily(Attack):
-    """Shared parameters and pieces of CWA and its ablations (L∞ only)."""
+    """Shared parameters and pieces of CWA and its ablations (L∞, and L2 as described above)."""
 
-    norms = ("linf",)
+    norms = ("linf", "l2")
 
     def default_alpha(self) -> float:
         return self.eps / 5
@@ -48,7 +54,10 @@ class CWAFamily(Attack):
     extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "beta": DEFAULT_BETA_32, "r_over_eps": "1/15"}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        given_beta = "beta" in kwargs
         extra = _take_extra(self, kwargs)
+        if self.norm == "l2" and not given_beta:
+            extra["beta"] = self.eps  # one ε-sized L2 move per member (see the module docstring)
         extra = {k: parse_fraction(v, k) for k, v in extra.items()}
         if min(extra.values()) < 0:
             raise UserError(f"attack {self.name!r}: {', '.join(extra)} must be >= 0")
@@ -62,7 +71,7 @@ class CWAFamily(Attack):
     def reverse(self, S: SurrogateSet, x_o: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Steps 1–2: Π(x_o − r·sign(∇ ensemble loss at x_o)). Costs n."""
         g = S.grad(x_o, y, self.targeted)
-        return project(x_o - self.r * g.sign(), x, self.eps, "linf")
+        return project(x_o - self.r * ascent_direction(g, self.norm), x, self.eps, self.norm)
 
     def encourage(self, S: SurrogateSet, x_in: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                   m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,14 +80,14 @@ class CWAFamily(Attack):
         for i in range(len(S)):
             g = S.grad(x_in, y, self.targeted, idx=[i])
             m = mu_in * m + normalize(g, 2)
-            x_in = project(x_in + beta * m, x, self.eps, "linf")
+            x_in = project(x_in + beta * m, x, self.eps, self.norm)
         return x_in, m
 
     def outer(self, M: torch.Tensor, G: torch.Tensor, x_o: torch.Tensor,
               x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step 4: M ← μ·M + G/‖G‖₁ (per sample); returns (Π(x_o + α·sign(M)), M)."""
+        """Step 4: M ← μ·M + G/‖G‖₁ (per sample); returns (Π(x_o + α·sign(M)), M) (L2: M/‖M‖₂)."""
         M = self.extra["momentum"] * M + normalize(G, 1)
-        return project(x_o + self.alpha * M.sign(), x, self.eps, "linf"), M
+        return project(x_o + self.alpha * ascent_direction(M, self.norm), x, self.eps, self.norm), M
 
 
 @register_attack("cwa", kind="ensemble", version=1)
