@@ -32,9 +32,12 @@ from .utils import eps_to_str, git_sha
 class ModelCache:
     """Loads zoo models once per run; remembers each victim's labels on the clean images."""
 
-    def __init__(self, size: str, cache, device: str, data_dir=None) -> None:
+    def __init__(self, size: str, cache, device: str, data_dir=None, compile_mode: str = "off",
+                 log: Callable[[str], None] | None = None) -> None:
         self.size, self.cache, self.device, self.data_dir = size, cache, device, data_dir
+        self.compile_mode, self.log = compile_mode, log
         self._models: dict[str, nn.Module] = {}
+        self._compiled: dict[str, tuple[nn.Module, str]] = {}
         self._clean: dict[str, torch.Tensor] = {}
         self.fitted: dict[str, dict] = {}  # posterior smoothing: effective (fitted) parameters by surrogate key
 
@@ -69,6 +72,34 @@ class ModelCache:
                                                     self.device, self.data_dir)
         return self._models[key]
 
+    def attacked(self, name: str, options: dict | None, hooks: bool, probe: tuple[torch.Tensor, torch.Tensor]
+                 ) -> tuple[nn.Module, str]:
+        """(the module an attack crafts on for ``name``, the compile choice for the row). With
+        ``compile_mode`` auto, a single model (not a collection, no options) is timed eager
+        against compiled on the ``probe`` batch once per run (:func:`advtransfer.accel.choose_compiled`);
+        attacks that hook into layers (``hooks``) always get the eager model."""
+        from .models.collections import is_collection
+
+        module = self.surrogate(name, options)
+        if self.compile_mode == "off":
+            return module, "off"
+        card = zoo.read_card(name, self.size, self.cache) or {}
+        if options or is_collection(card):
+            return module, "eager (collection)"
+        if hooks:
+            return module, "eager (hooks)"
+        if name not in self._compiled:
+            from .accel import choose_compiled
+
+            x, y = probe
+            chosen, info = choose_compiled(module, x.to(self.device), y.to(self.device))
+            self._compiled[name] = (chosen, info["choice"])
+            if self.log is not None:
+                self.log(f"compile {name}: {info['choice']} (input-gradient pass on {len(x)} images: eager "
+                         f"{info['eager_ms']:.1f} ms, compiled {info['compiled_ms']:.1f} ms; compiling took "
+                         f"{info['compile_s']:.0f} s)")
+        return self._compiled[name]
+
     def clean_labels(self, names: list[str], x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each model's labels on the run's clean images ``x`` (computed once per run)."""
         for n in names:
@@ -77,11 +108,18 @@ class ModelCache:
         return {n: self._clean[n] for n in names}
 
 
-def build_surrogate_set(cell: Cell, models: ModelCache) -> SurrogateSet:
-    """The cell's surrogate set (weights from the grid entry)."""
+def build_surrogate_set(cell: Cell, models: ModelCache, hooks: bool = False,
+                        probe: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[SurrogateSet, str]:
+    """(the cell's surrogate set, weights from the grid entry; the compile choice per model,
+    joined with +). ``hooks``: the attack hooks into layers (never compiled); ``probe``: the
+    images and labels a compile choice is timed on."""
     s = cell.surrogate
     opts = dict(s.options)
-    return SurrogateSet([models.surrogate(m, opts) for m in s.models], names=list(s.models), weights=s.weights)
+    if probe is None:
+        return SurrogateSet([models.surrogate(m, opts) for m in s.models], names=list(s.models), weights=s.weights), "off"
+    picked = [models.attacked(m, opts, hooks, probe) for m in s.models]
+    return (SurrogateSet([p[0] for p in picked], names=list(s.models), weights=s.weights),
+            "+".join(p[1] for p in picked))
 
 
 def surrogate_kind(cell: Cell, cards: dict[str, dict]) -> str:
@@ -132,9 +170,10 @@ def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[st
 
 
 def craft_or_load(cell: Cell, attack: Attack, S: SurrogateSet, ctx: CraftContext, store: RunStore,
-                  log: Callable[[str], None]) -> Crafted:
+                  log: Callable[[str], None], fields: dict | None = None) -> Crafted:
     """The cell's adversarial examples: from the run's cache if present, else crafted through the
-    attack's craft protocol (whatever its kind) and cached with its extra tensors and row fields."""
+    attack's craft protocol (whatever its kind) and cached with its extra tensors and row fields
+    (with ``fields``: how they were crafted, e.g. precision and compile choice, kept with them)."""
     cached = store.load_adv(cell.cell_id)
     if cached is not None:
         t, meta = cached
@@ -146,6 +185,7 @@ def craft_or_load(cell: Cell, attack: Attack, S: SurrogateSet, ctx: CraftContext
                        extra, dict(meta.get("fields") or {}))
     log(f"crafting {describe(cell)} on {len(ctx.x)} images ...")
     res = attack.craft(S, ctx)
+    res.fields = {**(fields or {}), **res.fields}
     tensors = {"x_adv": res.x_adv, "index": res.index, **res.tensors}
     if res.target is not None:
         tensors["target"] = res.target
@@ -200,7 +240,7 @@ class CellRunner:
         self.cells = expand_cells(spec, self.shas)
         ds = load_dataset(spec.dataset, spec.split, data_dir)
         self.x, self.y, self.index = eval_subset(ds, spec.n, spec.start)
-        self.models = ModelCache(spec.size, cache, device, data_dir)
+        self.models = ModelCache(spec.size, cache, device, data_dir, spec.compile, log)
         self.data_dir = data_dir
         self.sha = git_sha()
         self.run_id = self.run_dir.name
@@ -224,10 +264,13 @@ class CellRunner:
         if not todo:
             return 0
         attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-        S = build_surrogate_set(cell, self.models)
+        probe = (x[:spec.batch_size], y[:spec.batch_size])
+        S, compiled = build_surrogate_set(cell, self.models, attack.hooks_model, probe)
         with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not self.progress) as cbar:
-            ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update)
-            res = craft_or_load(cell, attack, S, ctx, store, self.log)
+            ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update,
+                               precision=spec.precision, log=self.log)
+            res = craft_or_load(cell, attack, S, ctx, store, self.log,
+                                fields={"precision": spec.precision, "compile": compiled})
         fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.fitted), **res.fields,
                   "n": len(res.index)}
         victims = {v: self.models.get(v) for v in todo}

@@ -11,7 +11,7 @@ import sys
 from typing import Sequence
 
 from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
-from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage
+from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage, cmd_whitebox_match
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .analysis.cli_golden import add_golden_parser, cmd_golden
 from .errors import UserError
@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "per core); submitit with cluster local: array tasks")
     g.add_argument("--profile", help="submitit executor: YAML file of cluster parameters (cluster, slurm_partition, "
                                      "gpus_per_node, cpus_per_task, mem_gb, timeout_min, cells_per_task, ...)")
+    g.add_argument("--precision", help="autocast of the crafting passes: fp32 (default), bf16, or fp16 (CUDA); "
+                                       "victims are always evaluated in fp32; default: the grid's precision key")
+    g.add_argument("--compile", help="off (default) or auto: compile each single surrogate where a short timing at "
+                                     "the start of the run finds it faster (recorded in the row); default: the grid's key")
     g.add_argument("--dry-run", action="store_true",
                    help="check everything, then list the cells (cached or not), the models to train and each "
                         "cell's cost in passes; train and write nothing")
@@ -95,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--validators", required=True,
                     help="comma-separated zoo models that score the paths (the attacker's own models, never the victims)")
     ps.add_argument("--n", type=int, default=500, help="held-out training images to score on (default 500)")
-    ps.add_argument("--budget", type=int, default=40, help="candidate paths sampled (default 40)")
+    ps.add_argument("--budget", type=int, default=40, help="candidate paths scored (default 40)")
+    ps.add_argument("--search", default="bo", choices=("bo", "random"),
+                    help="bo: Bayesian optimisation (Gaussian process, expected improvement; as the PAS paper; "
+                         "needs optuna: the search extra) or random: distinct paths drawn uniformly (default bo)")
     ps.add_argument("--eps", default="8/255", help="one-step size (default 8/255)")
     ps.add_argument("--seed", type=int, default=0)
     ps.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
@@ -147,8 +154,17 @@ def cmd_grid(args: argparse.Namespace) -> int:
         if args.n <= 0:
             raise UserError(f"-n must be positive, got {args.n}")
         spec.n = args.n
+    from .accel import COMPILE_MODES, check_precision
     from .executors import check_executor, load_profile
     from .validate import preflight
+
+    if args.precision is not None:
+        spec.precision = args.precision
+    check_precision(spec.precision, device)
+    if args.compile is not None:
+        if args.compile not in COMPILE_MODES:
+            raise UserError(f"--compile must be one of {', '.join(COMPILE_MODES)}, not {args.compile!r}")
+        spec.compile = args.compile
 
     executor = args.executor or spec.executor
     workers = args.workers if args.workers is not None else spec.workers
@@ -298,8 +314,9 @@ def cmd_pas(args: argparse.Namespace) -> int:
     start = used if len(data) - used >= args.n else len(data) - args.n
     x, y = data.tensors(list(range(start, start + args.n)))[:2]
     print(f"path search for {args.model} on training images {start}..{start + args.n - 1} "
-          f"(not in its recipe's subset), scored on {', '.join(validators)}; {args.budget} candidates")
-    res = search_path(model, vals, x.to(device), y.to(device), eps, args.budget, args.seed, log=print)
+          f"(not in its recipe's subset), scored on {', '.join(validators)}; {args.budget} candidates by {args.search} search")
+    res = search_path(model, vals, x.to(device), y.to(device), eps, args.budget, args.seed, log=print,
+                      method=args.search)
     best = res["best"]
     refs = res["references"]
     print("references: " + ", ".join(f"{k} {v['score']:.3f}" for k, v in refs.items()))
@@ -362,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "layers": cmd_layers, "pas": cmd_pas,
                 "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
                 "golden": cmd_golden, "dumb": cmd_dumb, "lineage": cmd_lineage,
+                "whitebox-match": cmd_whitebox_match,
                 "knowledge": cmd_knowledge}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from .resources import grids_dir
 from .utils import eps_to_str, parse_fraction, short_hash
 
 MATCH_KINDS = ("step", "evals")
-GRID_KEYS = {"craft_dataset", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+GRID_KEYS = {"craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -79,6 +79,8 @@ class GridSpec:
     executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
     workers: int | None = None       # local executor: worker processes
     craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
+    precision: str = "fp32"          # autocast of the crafting passes (advtransfer.accel); enters the cell id if not fp32
+    compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.accel); no cell id
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims)
@@ -285,6 +287,11 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
     _need(executor in EXECUTORS, src, f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
     _need(workers is None or (_is_int(workers) and workers >= 1), src,
           f"workers must be a whole number >= 1, got {workers!r}")
+    from .accel import COMPILE_MODES, PRECISIONS
+
+    precision, compile_mode = raw.get("precision", "fp32"), raw.get("compile", "off")
+    _need(precision in PRECISIONS, src, f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    _need(compile_mode in COMPILE_MODES, src, f"compile must be one of {', '.join(COMPILE_MODES)}, not {compile_mode!r}")
     size = raw.get("size", "cpu")
     from .config import SIZES
 
@@ -296,7 +303,7 @@ def load_grid(grid: str, attack: str | None = None) -> GridSpec:
         targeted=bool(raw.get("targeted", False)), budget=budget, attacks=attack_list,
         surrogates=surrogates, victims=list(victims), source=src, raw=copy.deepcopy(raw),
         matched=tuple(dict.fromkeys(matched)), executor=executor, workers=workers,
-        craft_dataset=str(raw.get("craft_dataset", "")))
+        craft_dataset=str(raw.get("craft_dataset", "")), precision=precision, compile=compile_mode)
     _check_models(spec)
     return spec
 
@@ -432,6 +439,8 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
             config["surrogate_options"] = dict(s.options)
         if spec.craft_dataset and attack.kind not in PER_IMAGE_KINDS:
             config["craft_dataset"] = spec.craft_dataset
+        if spec.precision != "fp32":  # mixed precision changes the examples (never an fp32 cell's id)
+            config["precision"] = spec.precision
         cid = short_hash(config)
         if cid in cells:  # a shared baseline: it serves one more attack
             old = cells[cid]

@@ -12,8 +12,18 @@ def predict_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                     device: str = "cpu") -> torch.Tensor:
     """``fn`` (a model giving logits, or a function giving labels) over ``x`` (N×C×H×W pixels in
     [0,1], any device) in batches on ``device``; returns its outputs concatenated on the CPU.
-    Logits (2-D outputs) are returned as they are; use :func:`labels` for top-1 classes."""
-    return torch.cat([fn(x[s:s + batch_size].to(device)).cpu() for s in range(0, len(x), batch_size)])
+    Logits (2-D outputs) are returned as they are; use :func:`labels` for top-1 classes.
+
+    The passes run under inference mode (no autograd records); a batch that runs out of
+    accelerator memory is retried with half the size (:class:`advtransfer.accel.BatchPlan`)."""
+    from .accel import BatchPlan
+
+    def chunk(s: int, e: int) -> torch.Tensor:
+        with torch.inference_mode():
+            return fn(x[s:e].to(device)).cpu()
+
+    outs = BatchPlan(batch_size).run(chunk, len(x))
+    return torch.cat(outs) if outs else torch.empty(0)  # outside inference mode: an ordinary tensor
 
 
 #: the label of an abstaining victim (randomized smoothing): never right, never a success

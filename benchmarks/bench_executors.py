@@ -28,6 +28,49 @@ def run(grid: str, out: Path, extra: list[str], n: int) -> float:
     return wall
 
 
+def passes_time(spec, n: int) -> tuple[float, dict[str, float]]:
+    """The grid's time if it were nothing but model passes: each cell's surrogate
+    forward+backward passes and every forward pass of the evaluation (victims' clean labels once
+    per run, each cell's adversarial images through each victim, the surrogate's clean labels per
+    cell), each at the per-image time measured here for that model (input-gradient passes in
+    batches of the grid's batch size, forward passes in one batch of n). Returns (seconds, the
+    per-model times in ms per image)."""
+    import torch
+    import torch.nn.functional as F
+
+    from advtransfer.accel import time_passes
+    from advtransfer.data import eval_subset, load_dataset
+    from advtransfer.grid import expand_cells, resolve_attack
+    from advtransfer.models import zoo
+
+    x, y, _ = eval_subset(load_dataset(spec.dataset, spec.split), n)
+    shas = {m: zoo.read_card(m, spec.size)["sha256"] for m in spec.model_names()}
+    t_grad, t_fwd = {}, {}
+    for m in spec.model_names():
+        model = zoo.load_model(m, spec.size)
+        xb, yb = x[:spec.batch_size], y[:spec.batch_size]
+
+        def grad():
+            xg = xb.clone().requires_grad_(True)
+            torch.autograd.grad(F.cross_entropy(model(xg), yb, reduction="sum"), xg)
+
+        def fwd():
+            with torch.inference_mode():
+                model(x)
+
+        grad(), fwd()  # warm-up
+        med = time_passes({"grad": grad, "fwd": fwd}, 5)
+        t_grad[m], t_fwd[m] = med["grad"] / len(xb), med["fwd"] / len(x)
+    total = sum(n * t_fwd[v] for v in spec.victims)  # clean labels, once per run
+    for cell in expand_cells(spec, shas):
+        ms = cell.surrogate.models
+        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(ms))
+        per_model = attack.grad_evals_formula(len(ms)) / len(ms)
+        total += sum(n * per_model * t_grad[m] + n * t_fwd[m] for m in ms)
+        total += sum(n * t_fwd[v] for v in spec.victims)
+    return total, {m: 1000 * t_grad[m] for m in t_grad} | {f"{m} (forward)": 1000 * t_fwd[m] for m in t_fwd}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="ci")
@@ -53,6 +96,11 @@ def main() -> None:
     print(f"serial (1 process x {torch.get_num_threads()} threads): median {s:.1f} s")
     print(f"local  ({args.workers} workers splitting the cores): median {l:.1f} s")
     print(f"ratio serial/local: {s / l:.2f}x (target >= 1.4x on a 2-core machine)")
+    floor, per_model = passes_time(spec, args.n)
+    print("per-image pass times (ms; input-gradient passes, and forward passes): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in per_model.items()))
+    print(f"sum of the grid's model passes at those times: {floor:.1f} s; serial wall / passes = {s / floor:.2f}x "
+          f"(the rest: process start, imports, loading models, writing files, merging the table)")
 
 
 if __name__ == "__main__":

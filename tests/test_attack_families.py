@@ -215,3 +215,26 @@ def test_pas_search_command(capsys, trained):
     assert main(["pas", "resnet20_a", "--validators", "resnet20_a", "--size", "ci"]) == 2
     with pytest.raises(UserError, match="gammas must be a list of 3"):
         create_attack("pas", gammas=[0.5, 0.5])
+
+
+def test_pas_bayesian_search_finds_a_smooth_optimum(monkeypatch):
+    """The path score replaced by a known smooth function of (γ, δ) peaking at γ = 0.4, δ = 0.75 in
+    every stage: Gaussian-process Bayesian optimisation must reach the top of the 3,375-path space
+    with 30 scored paths (10 random + 20 guided; random search's expected best of 30 draws is far
+    lower), score each path once and count only distinct ones against the budget."""
+    import advtransfer.attacks.pas as pas
+
+    calls = []
+
+    def fake(model, validators, x, y, gm, dl, eps, batch=250):
+        calls.append((tuple(gm), tuple(dl)))
+        return 1.0 - sum((g - 0.4) ** 2 for g in gm) - sum((d - 0.75) ** 2 for d in dl)
+
+    monkeypatch.setattr(pas, "one_step_score", fake)
+    res = pas.search_path(None, [], None, None, budget=30, seed=0, method="bo")
+    assert len(calls) == len(set(calls)) == 3 + 30  # 3 references + 30 distinct candidates
+    assert res["method"] == "bo" and res["best"]["score"] >= 1.0 - 0.05, res["best"]
+    rnd = pas.search_path(None, [], None, None, budget=30, seed=0, method="random")
+    assert res["best"]["score"] >= rnd["best"]["score"]
+    with pytest.raises(UserError, match="random or bo"):
+        pas.search_path(None, [], None, None, method="grid")

@@ -56,6 +56,8 @@ class CraftContext:
     device: str = "cpu"
     train_data: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     progress: Callable[[int], None] | None = None
+    precision: str = "fp32"  # autocast of the surrogate passes (advtransfer.accel)
+    log: Callable[[str], None] | None = None  # told of batches halved on out-of-memory
 
 
 @dataclass
@@ -188,7 +190,7 @@ class SurrogateSet:
         draws, repeats its outputs)."""
         ki = self.evals_per_call(i)
         m = self.models[i]
-        outs = [m.draw_logits(x, k) for k in range(ki)] if ki > 1 else [self.logits(x, i)]
+        outs = m.draws_logits(x) if ki > 1 else [self.logits(x, i)]
         return [outs[k % len(outs)] for k in range(K)]
 
     def _combine(self, outs: list[torch.Tensor], w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -269,6 +271,9 @@ class Attack:
     name = "attack"
     kind = "gradient"
     version = 0
+    #: True for attacks that hook into the surrogate's layers: they never get a compiled model
+    #: (advtransfer.accel), whose graph would not see hooks added after compilation
+    hooks_model = False
     norms: tuple[str, ...] = ("linf", "l2")
     default_steps = 10
     extra_defaults: dict[str, Any] = {}
@@ -375,17 +380,25 @@ class Attack:
             keep = y_all != self.target
             x_all, y_all, index, target = x_all[keep], y_all[keep], index[keep], target[keep]
         goal = target if target is not None else y_all
-        outs, evals = [], 0
-        for s in range(0, len(x_all), ctx.batch_size):
-            xb = x_all[s:s + ctx.batch_size].to(ctx.device)
-            outs.append(self(S, xb, goal[s:s + ctx.batch_size].to(ctx.device), index[s:s + ctx.batch_size],
-                             y_true=y_all[s:s + ctx.batch_size].to(ctx.device)).cpu())
+        evals = 0
+        from ..accel import BatchPlan, autocast
+
+        def chunk(s: int, e: int) -> torch.Tensor:
+            nonlocal evals
+            xb = x_all[s:e].to(ctx.device)
+            with autocast(ctx.precision, ctx.device):
+                out = self(S, xb, goal[s:e].to(ctx.device), index[s:e], y_true=y_all[s:e].to(ctx.device)).cpu()
             evals = max(evals, S.grad_evals)
             if ctx.progress is not None:
                 ctx.progress(len(xb))
+            return out
+
+        plan = BatchPlan(ctx.batch_size, ctx.log, "crafting batch")
+        outs = plan.run(chunk, len(x_all))
         if ctx.progress is not None and len(x_all) < len(ctx.x):
             ctx.progress(len(ctx.x) - len(x_all))
-        return Crafted(torch.cat(outs).float(), index, target, int(evals), time.perf_counter() - t0)
+        return Crafted(torch.cat(outs).float(), index, target, int(evals), time.perf_counter() - t0,
+                       fields={"batch_used": plan.size})
 
     def choose_targets(self, S: SurrogateSet, ctx: CraftContext) -> torch.Tensor:
         """Target labels (N) for a targeted attack: ``random`` (≠ y, seeded per image), the

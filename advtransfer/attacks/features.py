@@ -180,6 +180,8 @@ class FeatureLevelAttack:
     the iterative family's. Untargeted only; plain (non-collection) surrogates only.
     """
 
+    hooks_model = True  # forward hooks on the model's layers: always crafted on the eager model
+
     layer_specs: tuple[str, ...] = ()
 
     def check_untargeted(self) -> None:

@@ -16,6 +16,8 @@ class LinBP(IterativeAttack):
     code also renormalises the residual branch's gradient to the norm it would have had through
     the ReLUs; this is plain linear backpropagation. Cost: T per model."""
 
+    hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
+
     default_momentum = 1.0
     extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto"}
 

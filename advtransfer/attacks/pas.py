@@ -81,6 +81,8 @@ class PAS(IterativeAttack):
     MODEL --validators ...`` searches a path and prints it as these parameters. ``momentum`` (1.0).
     Cost: T per model (the search's cost is paid once, outside the cell)."""
 
+    hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
+
     default_momentum = 1.0
     extra_defaults = {**IterativeAttack.extra_defaults, "gammas": [0.5, 0.5, 0.5], "deltas": [1.0, 1.0, 1.0]}
 
@@ -124,20 +126,61 @@ def one_step_score(model: nn.Module, validators: Sequence[nn.Module], x: torch.T
 
 def search_path(model: nn.Module, validators: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
                 eps: float = 8 / 255, budget: int = 40, seed: int = 0,
-                log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Random search over the path space (``budget`` candidates, seeded), scored by
-    :func:`one_step_score`; the reference paths (plain gradient, SGM γ = 0.5, SkipConv δ = 0.5)
-    are always scored too. Returns {"best": (gammas, deltas, score), "scored": [...], "references": {...}}."""
-    space = list(itertools.product(itertools.product(GAMMA_CHOICES, repeat=N_STAGES),
-                                   itertools.product(DELTA_CHOICES, repeat=N_STAGES)))
-    g = torch.Generator().manual_seed(seed)
-    picks = torch.randperm(len(space), generator=g)[:budget].tolist()
+                log: Callable[[str], None] | None = None, method: str = "random",
+                n_startup: int = 10) -> dict[str, Any]:
+    """Search the path space (γ_s in :data:`GAMMA_CHOICES`, δ_s in :data:`DELTA_CHOICES`, s = 1..3:
+    5³·3³ = 3,375 paths) with ``budget`` scored candidates, each scored by :func:`one_step_score`.
+
+    ``method``: ``random`` (distinct paths drawn uniformly, seeded) or ``bo``, Bayesian
+    optimisation as in the PAS paper: a Gaussian-process surrogate of the score with an
+    expected-improvement acquisition (optuna's ``GPSampler``, ordinal parameters), after
+    ``n_startup`` random paths. A path proposed twice is scored once and the repeat does not count
+    against the budget (up to 5·budget proposals). The reference paths (plain gradient, SGM
+    γ = 0.5, SkipConv δ = 0.5) are always scored too, outside the budget. Returns {"best": ...,
+    "scored": [{label, gammas, deltas, score}, ...] in scoring order, "references": {...},
+    "method": ...}."""
+    if method not in ("random", "bo"):
+        raise UserError(f"path search must be random or bo, not {method!r}")
     refs = {"plain": ((1.0,) * 3, (1.0,) * 3), "sgm": ((0.5,) * 3, (1.0,) * 3), "skipconv": ((1.0,) * 3, (0.5,) * 3)}
-    scored = []
-    for label, (gm, dl) in list(refs.items()) + [(f"cand{k}", space[i]) for k, i in enumerate(picks)]:
-        sc = one_step_score(model, validators, x, y, gm, dl, eps)
-        scored.append({"label": label, "gammas": list(gm), "deltas": list(dl), "score": sc})
-        if log:
-            log(f"{label:8s} gammas={list(gm)} deltas={list(dl)} one-step ASR={sc:.3f}")
+    scored: list[dict[str, Any]] = []
+    cache: dict[tuple, float] = {}
+
+    def score(label: str, gm: Sequence[float], dl: Sequence[float]) -> float:
+        key = (tuple(gm), tuple(dl))
+        if key not in cache:
+            cache[key] = one_step_score(model, validators, x, y, gm, dl, eps)
+            scored.append({"label": label, "gammas": list(gm), "deltas": list(dl), "score": cache[key]})
+            if log:
+                log(f"{label:8s} gammas={list(gm)} deltas={list(dl)} one-step ASR={cache[key]:.3f}")
+        return cache[key]
+
+    for label, (gm, dl) in refs.items():
+        score(label, gm, dl)
+    n_refs = len(scored)
+    if method == "random":
+        space = list(itertools.product(itertools.product(GAMMA_CHOICES, repeat=N_STAGES),
+                                       itertools.product(DELTA_CHOICES, repeat=N_STAGES)))
+        g = torch.Generator().manual_seed(seed)
+        for k, i in enumerate(torch.randperm(len(space), generator=g)[:budget].tolist()):
+            score(f"cand{k}", *space[i])
+    elif budget > 0:
+        try:
+            import optuna
+        except ImportError:
+            raise UserError("the bo path search needs optuna: pip install 'advtransfer[search]' "
+                            "(or use --search random)") from None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=min(n_startup, budget))
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        g_lo, g_hi, g_step = GAMMA_CHOICES[0], GAMMA_CHOICES[-1], GAMMA_CHOICES[1] - GAMMA_CHOICES[0]
+        d_lo, d_hi, d_step = DELTA_CHOICES[0], DELTA_CHOICES[-1], DELTA_CHOICES[1] - DELTA_CHOICES[0]
+        proposals = 0
+        while len(scored) - n_refs < budget and proposals < 5 * budget:
+            trial = study.ask()
+            proposals += 1
+            gm = tuple(round(trial.suggest_float(f"gamma{s}", g_lo, g_hi, step=g_step), 4) for s in range(N_STAGES))
+            dl = tuple(round(trial.suggest_float(f"delta{s}", d_lo, d_hi, step=d_step), 4) for s in range(N_STAGES))
+            study.tell(trial, score(f"bo{len(scored) - n_refs}", gm, dl))
     best = max(scored, key=lambda r: r["score"])
-    return {"best": best, "scored": scored, "references": {r["label"]: r for r in scored if r["label"] in refs}}
+    return {"best": best, "scored": scored, "method": method,
+            "references": {r["label"]: r for r in scored if r["label"] in refs}}

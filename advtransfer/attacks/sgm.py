@@ -18,6 +18,8 @@ class SGM(IterativeAttack):
     the authors' public code scales the gradient at every ReLU of a block by √γ instead, which also
     touches the ReLU after the addition. Cost: T per model."""
 
+    hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
+
     default_momentum = 1.0
     extra_defaults = {**IterativeAttack.extra_defaults, "gamma": 0.5}
 

@@ -1,0 +1,133 @@
+"""Transfer at equal white-box success: is an attack's lower transfer more than its lower white-box
+success?
+
+A representation-space attack (``repr_push``, ``dta``) at ε fools its own surrogate less often than
+MI-FGSM at the same ε, so comparing their transfer at equal ε mixes two things. Here the data-space
+baseline is run at a ladder of radii (``grids/repr-vs-data.yaml``: MI-FGSM at 1/255 … 8/255 on the
+same surrogates, images and victims) and, for each surrogate and victim, its transfer ASR is read
+off the ladder at the white-box ASR the other attack reached, by linear interpolation of
+(white-box ASR, transfer ASR) over the radii. The difference (attack − matched baseline) is
+negative when the attack transfers worse than a data-space attack that fools the surrogate
+equally often.
+
+The ladder is made monotone before interpolating (a running maximum over increasing ε of both
+white-box and transfer ASR: more budget never fools fewer images, so a dip is noise); where several
+radii reach the same white-box level (a saturated ladder) the smallest is the match, the weakest
+data-space attack that fools the surrogate as often; a white-box level outside the ladder's range
+gives no match (NaN), never an extrapolation.
+
+Intervals: a percentile bootstrap over the test images (one resample of the images shared by every
+row of both runs, 2,000 resamples, seeded), the matching redone in every resample, so the
+interval includes the uncertainty of the white-box level and of the ladder. It does not capture
+model-to-model variation: each surrogate is one trained model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from .mismatch import N_BOOT, _boot_weights, _Images, _pooled
+
+
+def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per resample b: the transfer ASR and ε on the ladder (w[b, k], t[b, k] over increasing ε_k)
+    at white-box level w_a[b]; NaN where w_a[b] lies outside [w[b, 0], w[b, -1]] of the monotone ladder."""
+    w = np.maximum.accumulate(np.nan_to_num(w, nan=-1.0), axis=1)
+    t = np.maximum.accumulate(np.nan_to_num(t, nan=-1.0), axis=1)
+    out_t, out_e = np.full(len(w_a), np.nan), np.full(len(w_a), np.nan)
+    for b in range(len(w_a)):
+        wb = w[b]
+        if not np.isfinite(w_a[b]) or w_a[b] < wb[0] or w_a[b] > wb[-1] or wb[0] < 0:
+            continue
+        # np.interp needs strictly increasing x: of several radii with the same white-box level
+        # (a saturated ladder: 100% from some ε on) keep the smallest, the weakest attack that fools
+        # the surrogate as often
+        keep = np.r_[True, wb[1:] != wb[:-1]]
+        out_t[b] = np.interp(w_a[b], wb[keep], t[b][keep])
+        out_e[b] = np.interp(w_a[b], wb[keep], eps[keep])
+    return out_t, out_e
+
+
+def _read(run_dir: str | Path) -> pd.DataFrame:
+    from .compare import read_results
+
+    res = read_results(run_dir)
+    return res[(res["match"] == "none") & (res["n_surrogates"] == 1)]
+
+
+def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str],
+                     baseline: str = "mifgsm", seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-victim table, per-(attack, surrogate) table pooled over the victims).
+
+    ``run_dir``: a run with ``attacks`` (labels) on single-model surrogates, each surrogate also a
+    victim (its white-box row); ``ladder_dir``: a run with ``baseline`` at several ε on the same
+    surrogates, images and victims. Columns: attack, surrogate, victim, whitebox_attack (the
+    attack's white-box ASR), asr_attack (its transfer), eps_matched (the ladder's ε at that
+    white-box level), asr_matched (the baseline's transfer there), diff = asr_attack − asr_matched
+    with diff_ci_low/high; asr_same_eps (the baseline at the attack's own ε, for reference)."""
+    res, lad = _read(run_dir), _read(ladder_dir)
+    lad = lad[lad["attack_label"] == baseline]
+    if lad.empty:
+        raise UserError(f"{ladder_dir}: no {baseline} rows; run the ladder grid (grids/repr-vs-data.yaml) into it")
+    unknown = [a for a in attacks if a not in set(res["attack_label"])]
+    if unknown:
+        raise UserError(f"{run_dir}: no rows of attack {', '.join(unknown)}; "
+                        f"its attacks are {', '.join(sorted(set(res['attack_label'])))}")
+    img_a, img_l = _Images(run_dir, res[res["attack_label"].isin(attacks)]), _Images(ladder_dir, lad)
+    common = np.intersect1d(img_a.index, img_l.index)
+    if len(common) == 0:
+        raise UserError("the two runs share no test image; run the ladder on the same images (n, start)")
+    W = _boot_weights(len(common), seed)
+    pos_a = np.searchsorted(img_a.index, common)
+    pos_l = np.searchsorted(img_l.index, common)
+
+    def pooled(images: _Images, pos: np.ndarray, row: pd.Series) -> tuple:
+        s, c = images.row(row["cell_id"], row["victim"])
+        return _pooled(s[pos], c[pos], W)
+
+    rows, pooled_rows = [], []
+    for (atk, sur), sub in res[res["attack_label"].isin(attacks)].groupby(["attack_label", "surrogate"], sort=True):
+        wb = sub[sub["victim"] == sur]
+        ls = lad[lad["surrogate"] == sur]
+        if wb.empty or ls.empty or (ls["victim"] == sur).sum() < 2:
+            continue
+        eps = np.array(sorted(ls["eps"].unique()))
+        w_a = pooled(img_a, pos_a, wb.iloc[0])
+        ladder_w = [pooled(img_l, pos_l, ls[(ls["eps"] == e) & (ls["victim"] == sur)].iloc[0]) for e in eps]
+        wl = np.stack([p[3] for p in ladder_w], 1)
+        wl0 = np.array([[p[0] for p in ladder_w]])
+        diffs, diffs0 = [], []
+        for _, r in sub[sub["victim"] != sur].sort_values("victim").iterrows():
+            v = r["victim"]
+            lv = ls[ls["victim"] == v]
+            if len(lv) != len(eps):
+                continue
+            a = pooled(img_a, pos_a, r)
+            ladder_t = [pooled(img_l, pos_l, lv[lv["eps"] == e].iloc[0]) for e in eps]
+            tl = np.stack([p[3] for p in ladder_t], 1)
+            t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), eps)
+            tb, _ = _interp(w_a[3], wl, tl, eps)
+            d = a[3] - tb
+            ok = np.isfinite(d)
+            lo, hi = np.percentile(d[ok], [2.5, 97.5]) if ok.sum() >= 0.9 * N_BOOT else (np.nan, np.nan)
+            same = lv[np.isclose(lv["eps"], r["eps"])]
+            rows.append({"attack": atk, "surrogate": sur, "victim": v, "eps": float(r["eps"]),
+                         "whitebox_attack": w_a[0], "asr_attack": a[0], "eps_matched": float(e0[0]) * 255,
+                         "asr_matched": float(t0[0]), "diff": a[0] - float(t0[0]),
+                         "diff_ci_low": float(lo), "diff_ci_high": float(hi),
+                         "asr_same_eps": float(same["asr"].iloc[0]) if len(same) else np.nan})
+            diffs.append(d)
+            diffs0.append(a[0] - float(t0[0]))
+        if diffs:
+            D = np.mean(np.stack(diffs), 0)
+            ok = np.isfinite(D)
+            lo, hi = np.percentile(D[ok], [2.5, 97.5]) if ok.sum() >= 0.9 * N_BOOT else (np.nan, np.nan)
+            pooled_rows.append({"attack": atk, "surrogate": sur, "n_victims": len(diffs), "whitebox_attack": w_a[0],
+                                "whitebox_ladder_max": float(wl0.max()),
+                                "eps_matched": rows[-1]["eps_matched"], "diff": float(np.mean(diffs0)),
+                                "diff_ci_low": float(lo), "diff_ci_high": float(hi),
+                                "n_victims_worse": int(sum(x < 0 for x in diffs0))})
+    return pd.DataFrame(rows), pd.DataFrame(pooled_rows)

@@ -1,0 +1,56 @@
+"""Transfer at equal white-box success (advtransfer.analysis.whitebox_match)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from advtransfer.analysis.whitebox_match import _interp
+
+
+def test_interpolation_on_the_ladder():
+    eps = np.array([1.0, 2.0, 4.0])
+    w = np.array([[0.2, 0.5, 0.9], [0.2, 0.5, 0.9], [0.2, 0.5, 0.9]])
+    t = np.array([[0.1, 0.3, 0.6]] * 3)
+    got_t, got_e = _interp(np.array([0.35, 0.95, 0.1]), w, t, eps)
+    assert got_t[0] == pytest.approx(0.2) and got_e[0] == pytest.approx(1.5)
+    assert np.isnan(got_t[1]) and np.isnan(got_t[2])  # outside the ladder: no extrapolation
+    # a dip (noise) is made monotone: more budget never fools fewer images
+    got_t, _ = _interp(np.array([0.5]), np.array([[0.2, 0.5, 0.45, 0.9]]), np.array([[0.1, 0.3, 0.2, 0.6]]),
+                       np.array([1.0, 2.0, 3.0, 4.0]))
+    assert got_t[0] == pytest.approx(0.3)
+    # a saturated ladder: the smallest radius reaching the level is the match
+    got_t, got_e = _interp(np.array([1.0]), np.array([[0.4, 1.0, 1.0]]), np.array([[0.1, 0.3, 0.5]]), eps)
+    assert got_t[0] == pytest.approx(0.3) and got_e[0] == pytest.approx(2.0)
+
+
+def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained):
+    """MI-FGSM at 4/255 in the attack run, and the same MI-FGSM at 1, 4 and 8/255 in the ladder:
+    the white-box level is the ladder's own 4/255 point (or ties with 8/255 at saturation, where
+    the smallest radius is the match), so the matched transfer is its 4/255 transfer (the same
+    examples) and the difference is exactly 0 in every resample. A
+    representation-space attack gets a matched eps inside the ladder and a finite interval."""
+    from advtransfer.cli import main
+    from advtransfer.grid import load_grid
+    from advtransfer.runner import run_grid
+
+    trained("resnet20_a"), trained("vgg_a")
+    common = {"dataset": "cifar10", "n": 60, "size": "ci", "batch_size": 60, "defaults": {"steps": 5},
+              "surrogates": ["resnet20_a"], "victims": ["resnet20_a", "vgg_a"]}
+    runs = {}
+    for name, extra in {"atk": {"eps": ["4/255"], "attacks": {"mi4": {"attack": "mifgsm"}, "repr_push": {}}},
+                        "ladder": {"eps": ["1/255", "4/255", "8/255"], "attacks": {"mifgsm": {}}}}.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **common, **extra}))
+        runs[name] = run_grid(load_grid(str(tmp_path / f"{name}.yaml")), tmp_path / name, device="cpu",
+                              progress=False, log=lambda *_: None)
+    assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(runs["ladder"]), "--attack", "mi4,repr_push"]) == 0
+    per = pd.read_csv(runs["atk"] / "whitebox_match.csv")
+    mi = per[per["attack"] == "mi4"].iloc[0]
+    assert mi["victim"] == "vgg_a" and mi["eps_matched"] == pytest.approx(4.0)
+    assert mi["diff"] == pytest.approx(0.0, abs=1e-12)
+    assert mi["diff_ci_low"] == pytest.approx(0.0, abs=1e-12) and mi["diff_ci_high"] == pytest.approx(0.0, abs=1e-12)
+    rp = per[per["attack"] == "repr_push"].iloc[0]
+    if np.isfinite(rp["eps_matched"]):  # its white-box level lies inside the ladder
+        assert 1.0 <= rp["eps_matched"] <= 8.0 and rp["diff_ci_low"] <= rp["diff"] <= rp["diff_ci_high"]
+    assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(runs["ladder"]), "--attack", "nope"]) == 2
