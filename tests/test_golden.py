@@ -90,8 +90,8 @@ def test_ci_run_matches_committed_baseline(golden):
 
 def _write_planted_grid(path: Path) -> Path:
     grid = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
-    # I-FGSM's default step is alpha = eps / steps (0.1 eps at 10 steps); +10% makes it 0.11 eps
-    grid["attacks"] = {"ifgsm": {"alpha_over_eps": 0.11}}
+    # I-FGSM's default step is alpha = eps / steps (0.2 eps at the ci grid's 5 steps); +10% makes it 0.22 eps
+    grid["attacks"] = {"ifgsm": {"alpha_over_eps": 0.22}}
     grid["eps"] = ["8/255"]  # one budget is enough to plant the change (and halves the run)
     path.write_text(yaml.safe_dump(grid))
     return path
