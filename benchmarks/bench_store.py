@@ -19,7 +19,8 @@ import pandas as pd
 
 def fake_rows(cell: int, victims: int) -> pd.DataFrame:
     return pd.DataFrame({
-        "cell_id": f"c{cell:05d}", "surrogate": f"s{cell % 7}", "attack_label": f"a{cell % 13}",
+        "cell_id": f"c{cell:05d}", "surrogate": f"s{cell}",  # one grid entry per cell (none supersedes another)
+        "attack_label": f"a{cell % 13}",
         "eps": 8 / 255, "seed": 0, "victim": [f"v{v}" for v in range(victims)],
         "n_success": list(range(victims)), "asr": [v / victims for v in range(victims)],
         "attack_params": '{"eps": 0.0313, "steps": 10}', "created_at": "2026-11-30T00:00:00+00:00"})
