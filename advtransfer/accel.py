@@ -6,6 +6,8 @@ compiled surrogate where timing says it is faster, and batches halved on out-of-
   fp32 under inference mode, so the measured success rates are full-precision measurements of the
   examples. fp16 needs CUDA; bf16 also runs on a CPU (slow where the CPU lacks bf16 units, which
   is why it is an option). A precision other than fp32 enters the cell id: its examples differ.
+  It applies to the per-image kinds' crafting; kinds with their own craft protocol (universal)
+  craft in fp32, and their rows say so.
 - ``compile`` (grid key / ``--compile``): ``off`` (default) or ``auto``. ``auto`` times, at the start
   of a run, a few input-gradient passes of each single surrogate model eager and compiled
   (:func:`torch.compile`) on a batch of the run's images, and keeps the compiled one only where it

@@ -264,13 +264,14 @@ class CellRunner:
         if not todo:
             return 0
         attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-        probe = (x[:spec.batch_size], y[:spec.batch_size])
+        # a compile choice is timed only for cells that craft (cached examples keep their own record)
+        probe = None if store.adv_intact(cell.cell_id) else (x[:spec.batch_size], y[:spec.batch_size])
         S, compiled = build_surrogate_set(cell, self.models, attack.hooks_model, probe)
         with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not self.progress) as cbar:
             ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update,
                                precision=spec.precision, log=self.log)
             res = craft_or_load(cell, attack, S, ctx, store, self.log,
-                                fields={"precision": spec.precision, "compile": compiled})
+                                fields={"compile": compiled})
         fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.fitted), **res.fields,
                   "n": len(res.index)}
         victims = {v: self.models.get(v) for v in todo}

@@ -398,7 +398,7 @@ class Attack:
         if ctx.progress is not None and len(x_all) < len(ctx.x):
             ctx.progress(len(ctx.x) - len(x_all))
         return Crafted(torch.cat(outs).float(), index, target, int(evals), time.perf_counter() - t0,
-                       fields={"batch_used": plan.size})
+                       fields={"batch_used": plan.size, "precision": ctx.precision})
 
     def choose_targets(self, S: SurrogateSet, ctx: CraftContext) -> torch.Tensor:
         """Target labels (N) for a targeted attack: ``random`` (≠ y, seeded per image), the
