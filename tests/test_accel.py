@@ -229,3 +229,19 @@ def test_grid_records_precision_compile_and_batch(tmp_path, cache_dir, trained, 
     assert "compile resnet20_a:" in (run / "run.log").read_text()
     white = df[(df["attack"] == "mifgsm") & (df["victim"] == "resnet20_a")]["asr"].iloc[0]
     assert white >= 0.8 and not math.isnan(white)  # compiled or not, the attack still works
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs a CUDA device")
+def test_fp16_crafting_on_a_gpu_keeps_white_box_success(trained, test_data):
+    """On a GPU: fp16 autocast leaves white-box MI-FGSM within 10 points of fp32 (as bf16 on the CPU)."""
+    x, y, index = test_data[0][:64], test_data[1][:64], test_data[2][:64]
+    import copy
+
+    model = copy.deepcopy(trained("resnet20_a")).to("cuda")  # the session's copy stays on the CPU
+    atk = create_attack("mifgsm", eps=8 / 255, steps=5)
+    asr = {}
+    for p in ("fp32", "fp16"):
+        res = atk.craft(SurrogateSet(model), CraftContext(x, y, index, 64, device="cuda", precision=p))
+        ok = labels(model, x, device="cuda") == y
+        asr[p] = float((labels(model, res.x_adv, device="cuda")[ok] != y[ok]).float().mean())
+    assert asr["fp32"] >= 0.85 and abs(asr["fp32"] - asr["fp16"]) <= 0.10, asr
