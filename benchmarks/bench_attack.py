@@ -11,7 +11,7 @@ Targets: harness / bare loop within 1.05; harness / peers at most 1.0 (± noise)
 Then, in the harness itself: an LGV collection drawing 3 members per step, one after another
 against ``vectorise: true`` (stacked weights through vmap); and ``compile: auto`` (each model timed
 eager against torch.compile, the faster kept) against torchattacks on the eager model, for the
-ResNet-20, VGG and ViT architectures: targets >= 1.2x where compiled, never below 0.98x.
+ResNet-20, VGG, MobileNet and ViT architectures: targets >= 1.2x where compiled, never below 0.98x.
 """
 from __future__ import annotations
 
@@ -84,6 +84,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--only", choices=("peers", "vectorise", "compile"),
+                    help="run one part: the peers comparison, vectorised members, or compile: auto")
     args = ap.parse_args()
 
     from advtransfer.attacks import SurrogateSet, create_attack
@@ -122,7 +124,7 @@ def main() -> None:
     }
     print(f"MI-FGSM, batch {args.batch} of {src}, {steps} steps, {args.rounds} interleaved rounds, "
           f"{torch.get_num_threads()} threads; median ms per attack step")
-    for title, (harness_set, peer_model) in settings.items():
+    for title, (harness_set, peer_model) in (settings.items() if args.only in (None, "peers") else []):
         runners = {"harness": lambda hs=harness_set: attack(hs(), x, y, idx),
                    "bare_loop": lambda pm=peer_model: bare_mifgsm(pm(), x, y, eps, alpha, steps)}
         if torchattacks is not None:
@@ -141,18 +143,19 @@ def main() -> None:
     # option vectorise: true) against the members one after another, in the harness itself
     from advtransfer.accel import choose_compiled
 
-    runners = {
-        "sequential": lambda: attack(SurrogateSet(MemberCollection(lgv[:3], 3, 0)), x, y, idx),
-        "vectorised": lambda: attack(SurrogateSet(MemberCollection(lgv[:3], 3, 0, vectorise=True)), x, y, idx),
-    }
-    med = _time(runners, args.rounds, steps)
-    print(f"LGV collection drawing 3 members per step: sequential {1000 * med['sequential']:.1f} ms, vectorised "
-          f"{1000 * med['vectorised']:.1f} ms per step; ratio sequential / vectorised = "
-          f"{med['sequential'] / med['vectorised']:.3f} (> 1 favours vectorise: true)")
+    if args.only in (None, "vectorise"):
+        runners = {
+            "sequential": lambda: attack(SurrogateSet(MemberCollection(lgv[:3], 3, 0)), x, y, idx),
+            "vectorised": lambda: attack(SurrogateSet(MemberCollection(lgv[:3], 3, 0, vectorise=True)), x, y, idx),
+        }
+        med = _time(runners, args.rounds, steps)
+        print(f"LGV collection drawing 3 members per step: sequential {1000 * med['sequential']:.1f} ms, vectorised "
+              f"{1000 * med['vectorised']:.1f} ms per step; ratio sequential / vectorised = "
+              f"{med['sequential'] / med['vectorised']:.3f} (> 1 favours vectorise: true)")
     # torch.compile as the harness chooses it (compile: auto): timed per model, kept where faster
-    if torchattacks is None:
+    if torchattacks is None or args.only not in (None, "compile"):
         return
-    for name in ("resnet20_a", "vgg_a", "vit_a"):
+    for name in ("resnet20_a", "vgg_a", "mobilenet_a", "vit_a"):
         try:
             spec = get_spec(name)
         except Exception:  # noqa: BLE001 - a model the catalogue lacks is skipped
