@@ -278,7 +278,10 @@ class CellRunner:
                   "n": len(res.index)}
         victims = {v: self.models.get(v) for v in todo}
         with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not self.progress) as vbar:
-            rows, samples = evaluate_cell(res, S, victims, x, y, index, self.models.clean_labels(todo, x), 500,
+            # the surrogate's clean labels come from the eager models: a compiled one would compile
+            # again for inference mode
+            S_eval = S if compiled in ("off", "") else build_surrogate_set(cell, self.models)[0]
+            rows, samples = evaluate_cell(res, S_eval, victims, x, y, index, self.models.clean_labels(todo, x), 500,
                                           self.device, progress=lambda _v: vbar.update(1))
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         rows = [{**fields, **r, "victim_family": self.cards[r["victim"]]["family"],
