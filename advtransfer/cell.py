@@ -19,7 +19,7 @@ from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targ
 from .metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
                       success_mask)
 
-__all__ = ["craft", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
+__all__ = ["craft", "asr_by_target", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
 
 
 def craft(attack: Attack, surrogates: SurrogateSet, ctx: CraftContext) -> Crafted:
@@ -89,6 +89,8 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     if n_task != len(y):  # rates over the images of the victim's task
         row.update(clean_acc=row["n_clean_correct"] / n_task if n_task else float("nan"),
                    adv_acc=row["n_adv_correct"] / n_task if n_task else float("nan"))
+    if crafted.target is not None:
+        row["asr_by_target"] = asr_by_target(crafted.target, clean_pred == y, success)
     row.update(distortion(x, crafted.x_adv), eval_s=eval_s, draws=k, n_task=n_task,
                asr_draws_mean=float(torch.tensor(asrs, dtype=torch.float64).mean()),
                asr_draws_worst=float(max(asrs)))
@@ -101,6 +103,19 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
         "success": success.numpy(), "margin": margin.numpy(), "linf": linf.numpy(),
         "l2": l2.numpy(), "success_draws": torch.stack(per_draw).double().mean(0).numpy()})
     return row, samples
+
+
+def asr_by_target(target: torch.Tensor, clean_correct: torch.Tensor, success: torch.Tensor) -> str:
+    """JSON {target class: [successes, clean-correct images aimed at it, ASR]} of a targeted row
+    (classes as strings, in order): the per-target success behind the row's mean ``asr``."""
+    import json
+
+    out = {}
+    for c in sorted(set(target.tolist())):
+        m = (target == c) & clean_correct
+        n, k = int(m.sum()), int((success & m).sum())
+        out[str(c)] = [k, n, (k / n) if n else None]
+    return json.dumps(out)
 
 
 def evaluate_cell(crafted: Crafted, surrogates: SurrogateSet, victims: Mapping[str, nn.Module], x: torch.Tensor,

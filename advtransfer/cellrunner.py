@@ -271,11 +271,14 @@ class CellRunner:
         S, compiled = build_surrogate_set(cell, self.models, attack.hooks_model, probe)
         with tqdm(total=len(x), desc="  craft", unit="img", leave=False, disable=not self.progress) as cbar:
             ctx = CraftContext(x, y, index, spec.batch_size, self.device, self.train_data, progress=cbar.update,
-                               precision=spec.precision, log=self.log)
+                               precision=spec.precision, log=self.log, load_model=self.models.get)
             res = craft_or_load(cell, attack, S, ctx, store, self.log,
                                 fields={"compile": compiled})
         fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.fitted), **res.fields,
                   "n": len(res.index)}
+        learned = res.fields.get("n_craft")  # kinds that learn on training images spend their passes there
+        if "surrogate_passes" not in res.fields:  # an attack may record its exact total
+            fields["surrogate_passes"] = float(res.grad_evals) * (float(learned) if learned is not None else len(res.index))
         victims = {v: self.models.get(v) for v in todo}
         with tqdm(total=len(todo), desc="  evaluate", unit="victim", leave=False, disable=not self.progress) as vbar:
             # the surrogate's clean labels come from the eager models: a compiled one would compile

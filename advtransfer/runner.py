@@ -155,6 +155,6 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache=None) -> dict
         rows.append({"cell_id": None if pending else cell.cell_id, "surrogate": cell.surrogate.name,
                      "attack": cell.attack.label, "eps": eps_to_str(cell.eps), "seed": cell.seed,
                      "examples": "cached" if cached else "to craft", "victims_to_evaluate": len(todo),
-                     "craft_passes": 0 if cached else attack.grad_evals_formula(n_models) * spec.n,
+                     "craft_passes": 0 if cached else attack.craft_passes(n_models, spec.n),
                      "eval_passes": len(todo) * spec.n})
     return {"run_dir": run_dir, "train": train, "cells": rows}

@@ -58,6 +58,10 @@ class UniversalAttack(Attack):
         """Gradient evaluations per crafting image (each image is visited steps·batch/n_craft times)."""
         return math.ceil(self.steps * min(self.extra["batch"], self.extra["n_craft"]) * n_models / self.extra["n_craft"])
 
+    def craft_passes(self, n_models: int, n_images: int) -> int:
+        """steps × batch × models, spent on the crafting images whatever the test images."""
+        return self.steps * min(self.extra["batch"], self.extra["n_craft"]) * n_models
+
     # --- hooks for subclasses -------------------------------------------------------------
     def start(self, S: SurrogateSet) -> None:
         """Called once before the first δ update."""
