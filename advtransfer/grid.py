@@ -44,6 +44,10 @@ class SurrogateEntry:
         return self.label or "+".join(self.models)
 
 
+#: attack parameters that name a zoo model the attack uses (not a surrogate, not a victim)
+AUX_MODEL_KEYS = ("clip",)
+
+
 @dataclass(frozen=True)
 class AttackEntry:
     """An attack of the grid: its label, registry name and parameters; a matched baseline also
@@ -83,8 +87,13 @@ class GridSpec:
     compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.accel); no cell id
 
     def model_names(self) -> list[str]:
-        names = [m for s in self.surrogates for m in s.models] + list(self.victims)
+        names = [m for s in self.surrogates for m in s.models] + list(self.victims) + self.aux_models()
         return list(dict.fromkeys(names))
+
+    def aux_models(self) -> list[str]:
+        """Zoo models the attacks use besides the surrogates (a generator's CLIP model: parameter
+        ``clip``); their weight checksums enter the cells' ids."""
+        return list(dict.fromkeys(str(a.params[k]) for a in self.attacks for k in AUX_MODEL_KEYS if a.params.get(k)))
 
 
 @dataclass(frozen=True)
@@ -314,6 +323,13 @@ def _check_models(spec: GridSpec) -> None:
     specs = load_specs()
     for name in spec.model_names():
         get_spec(name, specs)
+    for a in spec.attacks:  # a generator's CLIP model (cond: clip, PDCL) must be a CLIP entry
+        for key in AUX_MODEL_KEYS:
+            if a.params.get(key):
+                ms = get_spec(str(a.params[key]), specs)
+                _need(ms.arch.startswith("open_clip/"), spec.source,
+                      f"attack {a.label!r}: {key}: {ms.name!r} is not an open_clip model (arch {ms.arch}); name a "
+                      f"CLIP entry of victims/clip.yaml such as clip_vit_b32")
     # downstream models (their own label set, advtransfer.variants) are victims only, untargeted
     downstream = {n for n in spec.model_names() if get_spec(n, specs).label_set() != "cifar10"}
     sur = sorted({m for s in spec.surrogates for m in s.models} & downstream)
@@ -347,13 +363,14 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
     ``budget: grad_evals`` grids give ``grad_evals: G`` in the attack parameters; the number of
     steps is then chosen so that the attack spends at most G gradient evaluations per image.
     """
-    from .attacks import create_attack
+    from .attacks import ATTACKS, create_attack
 
     if entry.match != "none":  # a matched baseline: its parameters were resolved for this cell
         return create_attack(entry.attack, eps=eps, seed=seed, **entry.params)
     params = dict(entry.params)
     params.setdefault("norm", spec.norm)
-    params.setdefault("targeted", spec.targeted)
+    if not getattr(ATTACKS.get(entry.attack), "conditional", False):  # multi-target generators are targeted
+        params.setdefault("targeted", spec.targeted)
     target_evals = params.pop("grad_evals", None)
     attack = create_attack(entry.attack, eps=eps, seed=seed, **_alpha_from_eps(params, eps))
     if spec.budget == "grad_evals":
@@ -439,6 +456,9 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
             config["surrogate_options"] = dict(s.options)
         if spec.craft_dataset and attack.kind not in PER_IMAGE_KINDS:
             config["craft_dataset"] = spec.craft_dataset
+        aux = {str(v): model_shas[str(v)] for k, v in attack.params().items() if k in AUX_MODEL_KEYS and v}
+        if aux:  # e.g. the CLIP model a generator is conditioned on
+            config["aux_sha"] = aux
         if spec.precision != "fp32":  # mixed precision changes the examples (never an fp32 cell's id)
             config["precision"] = spec.precision
         cid = short_hash(config)

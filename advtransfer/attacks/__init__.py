@@ -10,5 +10,6 @@ from . import sgm, linbp, pas  # noqa: F401  (backward-path attacks)
 from . import ila, fia, naa, dta, repr_push  # noqa: F401  (feature-level attacks)
 from . import sgd_uap, xtransfer_uap  # noqa: F401  (universal perturbations)
 from . import svre, adaea, cwa, cwa_sam, cwa_cse  # noqa: F401  (ensemble attacks)
+from . import cda, bia, facl, pdcl, cgnc, dual_flow  # noqa: F401  (generative attacks)
 
 __all__ = ["ATTACKS", "Attack", "SurrogateSet", "create_attack", "register_attack"]

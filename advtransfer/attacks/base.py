@@ -33,7 +33,8 @@ TARGET_MODES = ("random", "least_likely")
 #: attacks whose update uses the surrogate set's members separately; ``universal``: one perturbation
 #: crafted on training images and applied to every test image; ``feature``: per-image attacks
 #: whose objective lives at an intermediate layer (ILA, FIA, NAA, DTA, representation-space);
-#: ``generative``: room for generator-based attacks.
+#: ``generative``: a perturbation generator trained on training images, then applied to each test
+#: image in one forward pass (CDA, BIA, FACL, PDCL, CGNC, Dual-Flow: :mod:`.generative`).
 ATTACK_KINDS = ("gradient", "ensemble", "universal", "generative", "feature")
 #: kinds that perturb each image on its own (matched baselines and the generic attack tests apply)
 PER_IMAGE_KINDS = ("gradient", "ensemble", "feature")
@@ -46,7 +47,8 @@ class CraftContext:
     ``x``: evaluation images N×C×H×W in [0,1] (CPU); ``y``: their true labels (N); ``index``: their
     dataset indices (N, int64); ``train_data(n)``: the first ``n`` training images as (x, y, index),
     for kinds that learn on training data (universal, generative); ``progress(k)``: called with the
-    number of images finished.
+    number of images finished; ``load_model(name)``: a zoo model the attack uses besides the
+    surrogates (named by a parameter such as ``clip``; the grid puts its checksum in the cell id).
     """
 
     x: torch.Tensor
@@ -58,6 +60,7 @@ class CraftContext:
     progress: Callable[[int], None] | None = None
     precision: str = "fp32"  # autocast of the surrogate passes (advtransfer.accel)
     log: Callable[[str], None] | None = None  # told of batches halved on out-of-memory
+    load_model: Callable[[str], nn.Module] | None = None  # a zoo model by name (a generator's CLIP model)
 
 
 @dataclass
@@ -331,6 +334,12 @@ class Attack:
     def grad_evals_formula(self, n_models: int) -> int:
         """Gradient evaluations per image this attack spends on ``n_models`` plain models."""
         return self.steps * n_models
+
+    def craft_passes(self, n_models: int, n_images: int) -> int:
+        """Surrogate forward+backward image-passes a cell spends crafting ``n_images`` test images
+        on ``n_models`` plain models (the dry run's estimate; kinds that learn on training images
+        spend theirs there, whatever ``n_images`` is)."""
+        return self.grad_evals_formula(n_models) * n_images
 
     # --- public API -------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

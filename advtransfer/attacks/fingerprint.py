@@ -33,6 +33,35 @@ SMALL = {"vmifgsm": {"n_samples": 3}, "svre": {"inner_steps": 2},
          "admix": {"n_scales": 2, "n_mix": 2, "n_pool": 100},
          "ila": {"base_steps": 2}, "fia": {"n_ens": 3}, "naa": {"n_ens": 3},
          "pas": {"gammas": [0.5, 0.8, 1.0], "deltas": [0.5, 1.0, 0.75]}}
+#: generative attacks: a narrow generator trained 2 updates on the 6 images, 3 per update
+_GEN = {"n_craft": 6, "batch": 3, "width": 4, "blocks": 1}
+SMALL.update({n: dict(_GEN) for n in ("cda", "bia", "facl", "cgnc", "dual_flow")})
+SMALL["dual_flow"]["flow_steps"] = 2
+SMALL["pdcl"] = {**_GEN, "clip": "tiny", "prompt_steps": 2}
+
+
+class TinyClip(nn.Module):
+    """A float64 stand-in for a CLIP model with a text tower (what PDCL calls): image embeddings
+    from pooled pixels, prompt text embeddings from the context's mean plus a class vector."""
+
+    def __init__(self, seed: int = 7, dim: int = 8, width: int = 6, classes: int = 10) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.img = nn.Parameter(torch.randn(3 * 16, dim, generator=g, dtype=torch.float64), requires_grad=False)
+        self.txt = nn.Parameter(torch.randn(width, dim, generator=g, dtype=torch.float64), requires_grad=False)
+        self.cls = nn.Parameter(torch.randn(classes, dim, generator=g, dtype=torch.float64), requires_grad=False)
+        self.width, self.has_text, self.logit_scale = width, True, 10.0
+        self.register_buffer("head", nn.functional.normalize(self.cls, dim=1).T.clone())
+
+    def encode_image(self, x: torch.Tensor) -> torch.Tensor:
+        f = nn.functional.adaptive_avg_pool2d(x, 4).flatten(1).to(self.img.dtype) @ self.img
+        return nn.functional.normalize(f, dim=-1)
+
+    def context_init(self, n_ctx: int) -> torch.Tensor:
+        return torch.full((n_ctx, self.width), 0.1, dtype=torch.float64)
+
+    def prompt_text_features(self, ctx: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(ctx.mean(0) @ self.txt + self.cls, dim=-1)
 
 #: attacks that need model structure the plain tiny nets lack get tiny residual nets instead
 RESIDUAL = {"sgm", "pas"}
@@ -94,7 +123,10 @@ def fingerprint(name: str) -> str:
     torch.set_num_threads(1)
     try:
         atk = create_attack(name, eps=8 / 255, steps=2, **SMALL.get(name, {}))
-        x_adv = atk(SurrogateSet(models), x, y, index)
+        if SMALL.get(name, {}).get("clip"):
+            atk.clip_model = TinyClip()
+        # targeted attacks (the multi-target generators) aim at the next class
+        x_adv = atk(SurrogateSet(models), x, (y + 1) % 10 if atk.targeted else y, index, y_true=y)
     finally:
         torch.set_num_threads(threads)
     q = torch.round(x_adv.double() * 2 ** 30).to(torch.int64)

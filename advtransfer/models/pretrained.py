@@ -179,11 +179,50 @@ class ZeroShotCLIP(nn.Module):
         self.interpolation = interpolation if interpolation in ("bilinear", "bicubic", "nearest") else "bicubic"
         self.logit_scale = float(logit_scale)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def encode_image(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-norm image embeddings (N×D) of pixels x in [0,1] (N×3×H×W, any size)."""
         if tuple(x.shape[-2:]) != self.image_size:
             x = F.interpolate(x, size=self.image_size, mode=self.interpolation, align_corners=False)
-        f = self.visual((x - self.mean) / self.std)
-        return self.logit_scale * F.normalize(f, dim=-1) @ self.head
+        return F.normalize(self.visual((x - self.mean) / self.std), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logit_scale * self.encode_image(x) @ self.head
+
+    def attach_text(self, model: nn.Module, tokenizer, class_names: Sequence[str]) -> None:
+        """Keep the text tower for prompt learning (:meth:`prompt_text_features`), outside the
+        module's parameters and state dict (the zero-shot classifier stays image tower + head)."""
+        self.__dict__["_text"] = (model, tokenizer, list(class_names))
+
+    @property
+    def has_text(self) -> bool:
+        return "_text" in self.__dict__
+
+    def context_init(self, n_ctx: int, init: str = "a photo of a") -> torch.Tensor:
+        """Token embeddings (n_ctx×W) to start learned prompt context from: the words of ``init``
+        when it has n_ctx tokens, else small random vectors (CoOp's initialisation)."""
+        model, tok, _ = self.__dict__["_text"]
+        ids = tok([init])[0]
+        words = ids[1:int(ids.argmax())]  # between start and end tokens
+        emb = model.token_embedding.weight
+        if len(words) == n_ctx:
+            return emb[words].detach().clone()
+        return torch.randn(n_ctx, emb.shape[1], generator=torch.Generator().manual_seed(0)).to(emb) * 0.02
+
+    def prompt_text_features(self, ctx: torch.Tensor) -> torch.Tensor:
+        """Unit-norm text embeddings (classes×D) of the prompts [ctx_1 … ctx_M] [class name].
+        (CoOp, Zhou et al. 2022): ``ctx`` (M×W token embeddings) is spliced in after the start token;
+        differentiable in ``ctx`` (the text tower stays frozen)."""
+        model, tok, names = self.__dict__["_text"]
+        m = ctx.shape[0]
+        ids = tok([" ".join(["X"] * m) + " " + n + "." for n in names]).to(ctx.device)
+        emb = model.token_embedding(ids).to(ctx.dtype)
+        emb = torch.cat([emb[:, :1], ctx[None].expand(len(names), -1, -1), emb[:, 1 + m:]], 1)
+        x = emb + model.positional_embedding.to(ctx.dtype)
+        x = model.ln_final(model.transformer(x, attn_mask=model.attn_mask))
+        x = x[torch.arange(len(names), device=x.device), ids.argmax(-1)]
+        proj = model.text_projection
+        x = proj(x) if isinstance(proj, nn.Linear) else x @ proj
+        return F.normalize(x, dim=-1)
 
 
 class TimmPreprocessed(nn.Module):
@@ -265,6 +304,10 @@ def build_open_clip(spec, device: str = "cpu") -> ZeroShotCLIP:
     std = cfg.get("std", open_clip.OPENAI_DATASET_STD)
     wrapped = ZeroShotCLIP(model.visual, head, size, mean, std, cfg.get("interpolation", "bicubic"),
                            float(model.logit_scale.detach().exp()))
+    if getattr(model, "token_embedding", None) is not None:  # CLIP models with open_clip's own text tower
+        for p in model.parameters():
+            p.requires_grad_(False)
+        wrapped.attach_text(model, tokenizer, class_names(spec.dataset, spec.num_classes))
     return wrapped
 
 

@@ -1,0 +1,393 @@
+"""The generative attack kind: a perturbation generator trained on the cell's surrogate set, then
+applied to the test images in one forward pass each. Shared training loop of :mod:`cda`, :mod:`bia`,
+:mod:`facl`, :mod:`pdcl`, :mod:`cgnc` and :mod:`dual_flow`.
+
+Crafting a cell (:meth:`GenerativeAttack.craft`):
+
+1. the generator (:mod:`advtransfer.attacks.generators`) is initialised from the attack's seed and
+   trained for ``steps`` Adam updates on minibatches of ``batch`` training images (the first
+   ``n_craft`` of the grid's training split, visited in a seeded shuffled order, epoch after
+   epoch). Each update forwards the batch through the generator, x_adv = clip(x + δ, 0, 1) with δ
+   bounded by ε in the cell's norm by construction (:func:`~advtransfer.attacks.generators.bound`),
+   and descends the attack's loss on the surrogate set;
+2. the trained generator (eval mode: batch norm uses its running statistics, so an image's
+   perturbation does not depend on its batch) perturbs the test images.
+
+The generator's weights are cached with the cell's examples (tensors ``gen.*``). ``grad_evals``
+counts, *per training image*, the surrogate forward+backward passes of the training (a batch of
+B images through a model costs B image-passes; spread over the ``n_craft`` images); applying the
+generator costs no surrogate pass. ``craft_s`` is the wall time of training plus application.
+
+Conditional (multi-target) attacks (``conditional = True``) are targeted: one generator for all
+classes, conditioned on the target. During training every image gets a target drawn uniformly
+among the classes other than its label (seeded per update); at test time the grid's targets
+(``target: random``, seeded per image, or one class). The condition vector of class c is
+``cond: label`` — a learned embedding of c (64 numbers), trained with the generator — or ``cond:
+clip`` — the CLIP text embedding of c's class name (the zero-shot head of the zoo entry named by
+``clip``, built from the name in prompt templates), fixed.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import UserError
+from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
+from .features import taps
+from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
+
+#: generator losses (``objective``): ``feature`` — cosine similarity of the surrogate's features at
+#: ``layer`` between x_adv and x, minimised (BIA, Zhang et al. 2022); ``rce`` — relativistic
+#: cross-entropy CE(f(x_adv) − f(x), argmax f(x)), maximised (CDA, Naseer et al. 2019); ``ce`` —
+#: cross-entropy of the label (targeted: of the target, minimised); ``logit`` — the target's logit,
+#: maximised (targeted only)
+OBJECTIVES = ("feature", "rce", "ce", "logit")
+CONDS = ("label", "clip")
+
+
+class _Conditioned(nn.Module):
+    """A conditional network with its class embedding: learned (``table`` None, ``dim`` numbers per
+    class) or fixed (``table``: classes×D, e.g. CLIP text embeddings)."""
+
+    def __init__(self, net: nn.Module, n_classes: int, dim: int, table: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.net = net
+        if table is None:
+            self.embed = nn.Embedding(n_classes, dim)
+        else:
+            self.register_buffer("table", table.detach().clone().float())
+
+    def cond(self, t: torch.Tensor) -> torch.Tensor:
+        return self.embed(t) if hasattr(self, "embed") else self.table[t]
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, **kw: Any) -> torch.Tensor:
+        return self.net(x, self.cond(t).to(x.dtype), **kw)
+
+
+class GenerativeAttack(Attack):
+    """Base of generator attacks. Parameters besides eps/norm/steps/targeted/seed:
+
+    ``n_craft`` (training images), ``batch`` (images per update), ``lr`` (Adam step size; β =
+    (0.5, 0.999) as in CDA), ``width``/``blocks`` (generator size), ``objective`` (see
+    :data:`OBJECTIVES`), ``layer`` (surrogate layer of the feature objective: a module name or
+    ``auto``, the middle block), and for conditional attacks ``cond`` (``label`` or ``clip``) and
+    ``clip`` (zoo entry of the CLIP model). ``steps`` counts generator updates; ``alpha`` is unused.
+    """
+
+    kind = "generative"
+    hooks_model = True  # trained on the eager surrogates (feature objectives hook into layers)
+    norms = ("linf", "l2")
+    default_steps = 600
+    conditional = False
+    default_objective = "feature"
+    #: sized for 2 CPU cores (a cell on one ResNet-20 trains in a few minutes): width 16, 2 residual
+    #: blocks (~0.2M parameters), 600 updates of 32 of 5,000 training images; the papers' generator
+    #: is width 64 with 6 blocks (README: full-size recipe)
+    extra_defaults: dict[str, Any] = {"n_craft": 5000, "batch": 32, "lr": 1e-3, "width": 16, "blocks": 2,
+                                      "objective": "", "layer": "auto"}
+
+    def init_extra(self, **kwargs: Any) -> dict[str, Any]:
+        extra = take_extra(self, kwargs)
+        for k in ("n_craft", "batch", "width", "blocks"):
+            if not isinstance(extra[k], int) or extra[k] < 1:
+                raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
+        extra["lr"] = float(extra["lr"])
+        if not extra["lr"] > 0:
+            raise UserError(f"attack {self.name!r}: lr must be positive, got {extra['lr']!r}")
+        extra["objective"] = extra["objective"] or self.default_objective
+        if extra["objective"] not in OBJECTIVES:
+            raise UserError(f"attack {self.name!r}: objective must be one of {', '.join(OBJECTIVES)}, got {extra['objective']!r}")
+        if self.targeted and extra["objective"] in ("feature", "rce"):
+            raise UserError(f"attack {self.name!r}: objective {extra['objective']} is untargeted; a targeted "
+                            f"generator uses ce or logit")
+        if not self.targeted and extra["objective"] == "logit":
+            raise UserError(f"attack {self.name!r}: objective logit is targeted; add targeted: true or use ce, rce or feature")
+        if self.conditional:
+            if not self.targeted:
+                raise UserError(f"attack {self.name!r} is a multi-target (conditional) generator: it needs targeted: true")
+            if extra["cond"] not in CONDS:
+                raise UserError(f"attack {self.name!r}: cond must be one of {', '.join(CONDS)}, got {extra['cond']!r}")
+            if extra["cond"] == "clip" and not extra["clip"]:
+                raise UserError(f"attack {self.name!r}: cond clip needs clip: <zoo entry of an open_clip model>")
+        if self.target == "least_likely":
+            raise UserError(f"attack {self.name!r}: a generator's targets are random or one class, not least_likely")
+        if self.targeted and not self.conditional and not _is_class(self.target):
+            raise UserError(f"attack {self.name!r}: a single-target generator aims at one class: set target: <class "
+                            f"index> (or target: all in a grid); cgnc and dual_flow take a target per image")
+        return extra
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if self.conditional:
+            kwargs.setdefault("targeted", True)
+        super().__init__(*args, **kwargs)
+
+    def grad_evals_formula(self, n_models: int) -> int:
+        """Surrogate forward+backward image-passes per training image (``passes_per_update`` per
+        model and update)."""
+        return math.ceil(self.steps * self.extra["batch"] * n_models * self.passes_per_update()
+                         / self.extra["n_craft"])
+
+    def craft_passes(self, n_models: int, n_images: int) -> int:
+        """The generator's training: steps × batch × models × passes per update (applying it to
+        the test images costs no surrogate pass)."""
+        return self.steps * min(self.extra["batch"], self.extra["n_craft"]) * n_models * self.passes_per_update()
+
+    def passes_per_update(self) -> int:
+        """Surrogate forward+backward passes per model, image and update (1 for the plain losses)."""
+        return 1
+
+    # --- the generator ------------------------------------------------------------------------
+    def build(self, n_classes: int, table: torch.Tensor | None) -> nn.Module:
+        """A fresh generator (weights from the torch RNG; the caller seeds it)."""
+        w, b = self.extra["width"], self.extra["blocks"]
+        if not self.conditional:
+            return ResnetGenerator(w, b)
+        dim = 64 if table is None else int(table.shape[1])
+        return _Conditioned(ConditionalResnetGenerator(dim, w, b), n_classes, dim, table)
+
+    def generate(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
+        """x_adv = clip(x + δ, 0, 1) with δ = bound(G(x[, t])) (differentiable in G's weights)."""
+        r = G(x) if t is None else G(x, t)
+        return (x + bound(r, self.eps, self.norm)).clamp(0, 1)
+
+    # --- training hooks -----------------------------------------------------------------------
+    def train_input(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """The training batch as the generator and surrogate see it (FACL randomises it here)."""
+        return x
+
+    def start(self, S: SurrogateSet, ctx: "TrainState") -> None:
+        """Called once before the first update (after the generator is built)."""
+
+    def train_loss(self, st: "TrainState", x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
+             t: torch.Tensor | None) -> torch.Tensor:
+        """The scalar to *minimise* for one batch; counts surrogate passes on ``st``."""
+        return self.base_loss(st, x, x_adv, y, t)
+
+    def base_loss(self, st: "TrainState", x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
+                  t: torch.Tensor | None) -> torch.Tensor:
+        S, obj = st.S, self.extra["objective"]
+        w = S.weights.to(x_adv.dtype)
+        total = x_adv.new_zeros(())
+        if obj == "feature":
+            for i, tap in enumerate(st.taps):
+                with torch.no_grad():
+                    f_clean, _ = tap.features(x)
+                f_adv, _ = tap.features(x_adv)
+                total = total + w[i] * F.cosine_similarity(f_adv.flatten(1), f_clean.flatten(1), dim=1).mean()
+                st.count(len(x), S, i)
+            return total
+        for i in range(len(S)):
+            z_adv = S.logits(x_adv, i)
+            if obj == "rce":
+                with torch.no_grad():
+                    z = S.logits(x, i)
+                li = -F.cross_entropy(z_adv - z, z.argmax(1))
+            elif obj == "ce":
+                li = F.cross_entropy(z_adv, t) if self.targeted else -F.cross_entropy(z_adv, y)
+            else:  # logit: raise the target's logit
+                li = -z_adv.gather(1, t[:, None]).mean()
+            total = total + w[i] * li
+            st.count(len(x), S, i)
+        return total
+
+    # --- the loop ---------------------------------------------------------------------------
+    def train(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, device: str = "cpu",
+              table: torch.Tensor | None = None, aux: dict[str, nn.Module] | None = None,
+              log: Callable[[str], None] | None = None) -> tuple[nn.Module, dict[str, Any]]:
+        """Train the generator on images ``x`` (N×C×H×W in [0,1], any device) with true labels
+        ``y``. ``table``: fixed condition vectors (classes×D) for ``cond: clip``; ``aux``: further
+        models the attack uses (a CLIP model). Returns (the generator in eval mode, training info:
+        ``evals_per_image``, ``train_s``, ``loss_first``/``loss_last`` (mean of the first/last
+        10% of updates), ``params``)."""
+        S.ensemble = self.ensemble
+        S.reset()
+        n, bs = len(x), min(self.extra["batch"], len(x))
+        with torch.no_grad():
+            n_classes = int(S.mean_logits(x[:2].to(device)).shape[1])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            G = self.build(n_classes, table)
+        G = G.to(device=device, dtype=x.dtype)
+        opt = torch.optim.Adam([p for p in G.parameters() if p.requires_grad], lr=self.extra["lr"], betas=(0.5, 0.999))
+        gen = torch.Generator().manual_seed(self.seed)
+        order, pos = torch.randperm(n, generator=gen), 0
+        st = TrainState(S, n_classes, aux or {}, gen)
+        st.train_x, st.train_y, st.device = x, y, device
+        losses: list[float] = []
+        t0 = time.perf_counter()
+        layer_models = S.models if self.extra["objective"] == "feature" else []
+        with taps(layer_models, self.extra["layer"], S.names, tuple(x.shape[1:])) as T:
+            st.taps = T
+            self.start(S, st)
+            params = [p for p in G.parameters() if p.requires_grad]
+            for step in range(self.steps):
+                if pos + bs > n:
+                    order, pos = torch.randperm(n, generator=gen), 0
+                sel = order[pos:pos + bs]
+                pos += bs
+                xb, yb = x[sel].to(device), y[sel].to(device)
+                xb = self.train_input(xb, gen)
+                tb = None
+                if self.targeted:
+                    tb = self.train_targets(yb, n_classes, gen)
+                S.advance()
+                G.train()
+                losses.append(self.update(G, opt, params, st, xb, yb, tb))
+                if log is not None and (step + 1) % max(1, self.steps // 5) == 0:
+                    log(f"  {self.name}: update {step + 1}/{self.steps}, loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        G.eval()
+        k = max(1, len(losses) // 10)
+        info = {"evals_per_image": math.ceil(st.evals / n), "train_s": time.perf_counter() - t0,
+                "loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k, "params": count_params(G),
+                "passes": st.evals, "aux_passes": st.aux_passes}
+        return G, info
+
+    def update(self, G: nn.Module, opt: torch.optim.Optimizer, params: list[torch.Tensor], st: "TrainState",
+               x: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None) -> float:
+        """One training update on batch x (true labels y, targets t): generate, take the loss,
+        step the optimiser. Returns the loss."""
+        with torch.enable_grad():
+            x_adv = self.generate(G, x, t)
+            loss = self.train_loss(st, x, x_adv, y, t)
+        step(opt, params, loss)
+        return float(loss.detach())
+
+    def train_targets(self, y: torch.Tensor, n_classes: int, g: torch.Generator) -> torch.Tensor:
+        """A uniform random class other than y per image (training targets of a targeted generator)."""
+        fixed = self.target if _is_class(self.target) else None
+        if fixed is not None and not self.conditional:
+            return torch.full_like(y, fixed)
+        off = torch.randint(1, n_classes, (len(y),), generator=g).to(y.device)
+        return (y + off) % n_classes
+
+    @torch.no_grad()
+    def apply(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None, batch_size: int, device: str) -> torch.Tensor:
+        """x_adv for images ``x`` (N×C×H×W in [0,1]) and targets ``t`` (N, conditional) in batches."""
+        out = []
+        for s in range(0, len(x), batch_size):
+            tb = None if t is None else t[s:s + batch_size].to(device)
+            out.append(self.generate(G, x[s:s + batch_size].to(device).to(next(G.parameters()).dtype), tb).cpu())
+        return torch.cat(out) if out else x.clone()
+
+    def condition_table(self, ctx: CraftContext | None) -> tuple[torch.Tensor | None, dict[str, nn.Module]]:
+        """(fixed condition vectors or None, auxiliary models) for this attack. A conditional
+        attack with ``cond: clip`` takes the CLIP text embeddings of the class names (classes×D:
+        the zoo entry's zero-shot head, its prompt templates averaged) through the context, or from
+        ``attack.clip_model`` when called outside a grid."""
+        if not self.conditional or self.extra["cond"] != "clip":
+            return None, {}
+        clip = self.clip(ctx)
+        head = getattr(clip, "head", None)
+        if head is None:
+            raise UserError(f"attack {self.name!r}: model {self.extra['clip']!r} has no zero-shot text head; "
+                            f"cond clip needs an open_clip zoo entry")
+        return head.detach().T.cpu(), {}
+
+    def clip(self, ctx: CraftContext | None) -> nn.Module:
+        """The CLIP model named by ``clip``: ``attack.clip_model`` if set, else loaded through the
+        grid's context."""
+        clip = getattr(self, "clip_model", None)
+        if clip is None:
+            if ctx is None or ctx.load_model is None:
+                raise UserError(f"attack {self.name!r} needs a CLIP model: run it in a grid (parameter clip) or set "
+                                f"attack.clip_model")
+            clip = ctx.load_model(str(self.extra["clip"]))
+        return clip
+
+    def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
+        """A generative cell: train the generator on training images 0..n_craft−1, perturb the
+        evaluation images. Targeted attacks aim at the grid's targets (random per image, or one
+        class whose own images are left out). Row fields: ``n_craft``, the surrogate set's fooling
+        rate (targeted: target hit rate) on up to 500 training images, ``gen_params``,
+        ``gen_train_s``."""
+        if ctx.train_data is None:
+            raise UserError(f"attack {self.name!r} trains a generator on training images; this context has none")
+        x_tr, y_tr, _ = ctx.train_data(self.extra["n_craft"])
+        table, aux = self.condition_table(ctx)
+        t0 = time.perf_counter()
+        G, info = self.train(S, x_tr, y_tr, ctx.device, table, aux, ctx.log)
+        x, y, index = ctx.x, ctx.y, ctx.index
+        target = None
+        if self.targeted:
+            target = self.choose_targets(S, ctx)
+            if _is_class(self.target):
+                keep = y != self.target
+                x, y, index, target = x[keep], y[keep], index[keep], target[keep]
+        x_adv = self.apply(G, x, target, ctx.batch_size, ctx.device)
+        craft_s = time.perf_counter() - t0
+        # how well the generator fits its training images (surrogate set, up to 500 of them)
+        xs, ys = x_tr[:500], y_tr[:500]
+        ts = None
+        if self.targeted:
+            from .base import make_targets
+
+            ts = (torch.full_like(ys, self.target) if _is_class(self.target) else
+                  make_targets(ys, torch.arange(len(ys)), self.seed + 1, int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])))
+        xa = self.apply(G, xs, ts, ctx.batch_size, ctx.device)
+        from ..metrics import predict_batched
+
+        pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
+        pa = predict_batched(S.predict, xa, ctx.batch_size, ctx.device)
+        ok = (pc == ys) & (ts != ys) if self.targeted else pc == ys  # an image of the target class cannot show a hit
+        hit = (pa == ts) if self.targeted else (pa != ys)
+        fields = {"n_craft": len(x_tr), "craft_fooling_rate": float((hit & ok).sum() / ok.sum().clamp_min(1)),
+                  "gen_params": int(info["params"]), "gen_train_s": float(info["train_s"]),
+                  "surrogate_passes": float(info["passes"])}
+        if info["aux_passes"]:
+            fields["aux_passes"] = float(info["aux_passes"])
+        if ctx.progress is not None:
+            ctx.progress(len(ctx.x))
+        tensors = {f"gen.{k}": v.detach().cpu().contiguous() for k, v in G.state_dict().items()}
+        if ctx.log is not None:
+            ctx.log(f"{self.name}: {self.steps} updates in {info['train_s']:.0f} s, loss {info['loss_first']:.3f} → "
+                    f"{info['loss_last']:.3f}, {info['evals_per_image']} surrogate passes per training image")
+        return Crafted(x_adv, index, target, int(info["evals_per_image"]), craft_s, tensors=tensors, fields=fields)
+
+    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Called as a plain attack: trains the generator on these very images (true labels
+        ``S.y_true``) and perturbs them (targeted: toward ``y``, the targets). ``S.grad_evals``
+        afterwards holds the surrogate passes per image."""
+        y_true = S.y_true if S.y_true is not None else y
+        table, aux = self.condition_table(None)
+        G, info = self.train(S, x, y_true, str(x.device), table, aux)
+        self.last_generator, self.last_info = G, info
+        S.grad_evals = int(info["evals_per_image"])
+        return self.apply(G, x, y if self.targeted else None, max(1, len(x)), str(x.device)).to(x.dtype)
+
+
+def _is_class(target: Any) -> bool:
+    """A fixed target class (an int, not a bool), as opposed to the per-image modes."""
+    return isinstance(target, int) and not isinstance(target, bool)
+
+
+def step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor) -> None:
+    """One optimiser step on ``loss``'s gradient in ``params`` only (the surrogates' weights get
+    no gradient)."""
+    with torch.enable_grad():
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    for p, g in zip(params, grads):
+        p.grad = g
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+class TrainState:
+    """What the loss sees during training: the surrogate set, its feature taps, the class count,
+    auxiliary models, the seeded generator of the training randomness, and the pass counter."""
+
+    def __init__(self, S: SurrogateSet, n_classes: int, aux: dict[str, nn.Module], gen: torch.Generator) -> None:
+        self.S, self.n_classes, self.aux, self.gen = S, n_classes, aux, gen
+        self.taps: list = []
+        self.evals = 0
+        self.aux_passes = 0  # image-passes through auxiliary models (CLIP), forward+backward
+        self.train_x = self.train_y = None
+        self.device = "cpu"
+
+    def count(self, n_images: int, S: SurrogateSet, i: int) -> None:
+        """One forward+backward pass of ``n_images`` images through member i."""
+        self.evals += n_images * S.evals_per_call(i)
