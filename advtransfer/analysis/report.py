@@ -443,3 +443,4 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
 
 # Optional sections of other analyses register themselves on import (from report_base).
 from . import report_distortion  # noqa: E402,F401
+from . import report_generative  # noqa: E402,F401
