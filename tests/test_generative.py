@@ -5,8 +5,8 @@ other classes, FACL's and PDCL's modules do what they say, PDCL's CLIP path runs
 model at random initialisation (no number is taken from it), and a generative cell goes through the
 grid runner: training cost in the row, the generator cached with the examples and reused.
 
-Generators here are narrow (width 8, one residual block) and trained for 100-150 updates on
-training images 0..999, a few seconds each; the bands below were measured on the ci resnet20_a
+Generators here are narrow (width 8, one residual block) and trained for 80-120 updates on
+training images 0..999 (10-30 s each on 2 cores); the bands below were measured on the ci resnet20_a
 (clean accuracy ~0.5 on test images 0..199) and leave room for another machine's training run."""
 from __future__ import annotations
 
@@ -99,20 +99,20 @@ def test_generator_shapes_and_sizes():
 
 
 # --- trained generators ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["cda", "bia"])
-def test_generator_fools_its_surrogate_on_held_out_images(name, trained, train_images, test_data):
-    """Trained 100 updates on training images, the generator fools the ci resnet20_a on test images
+@pytest.mark.parametrize("name,steps", [("cda", 100), ("bia", 80)])
+def test_generator_fools_its_surrogate_on_held_out_images(name, steps, trained, train_images, test_data):
+    """Trained 80-100 updates on training images, the generator fools the ci resnet20_a on test images
     0..199 (never seen in training) well above random sign noise of the same ε, which fools it on
     none of them (measured: noise 0.00; CDA ~0.2-0.3, BIA ~0.2 at width 8)."""
     model = trained("resnet20_a")
     xt, yt, _ = train_images
     x, y, idx = test_data
     eps = 8 / 255
-    atk = create_attack(name, eps=eps, steps=100, **TINY)
+    atk = create_attack(name, eps=eps, steps=steps, **TINY)
     S = SurrogateSet([model], ["resnet20_a"])
     G, info = atk.train(S, xt, yt)
-    # 100 updates × 32 images over 1,000 training images: 3.2 -> 4 surrogate passes per training image
-    assert info["passes"] == 100 * 32 and info["evals_per_image"] == 4
+    # steps × 32 images over 1,000 training images: 3.2 (2.56) -> 4 (3) surrogate passes per training image
+    assert info["passes"] == steps * 32 and info["evals_per_image"] == -(-steps * 32 // 1000)
     assert info["params"] == sum(p.numel() for p in G.parameters())
     x_adv = atk.apply(G, x, None, 100, "cpu")
     assert float((x_adv - x).abs().max()) <= eps + 1e-6
@@ -125,21 +125,21 @@ def test_generator_fools_its_surrogate_on_held_out_images(name, trained, train_i
     assert torch.allclose(one, x_adv[:5], atol=1e-6)
 
 
-@pytest.mark.parametrize("name,kw", [("cgnc", {"steps": 150, "views": False}),
-                                     ("dual_flow", {"steps": 75, "flow_steps": 2})])
+@pytest.mark.parametrize("name,kw", [("cgnc", {"steps": 120, "views": False}),
+                                     ("dual_flow", {"steps": 60, "flow_steps": 2})])
 def test_conditional_generator_hits_the_requested_target(name, kw, trained, train_images, test_data):
     """One generator for all classes, told the target: on held-out test images its examples land on
     the requested class far more often than on any other class, which is what a generator ignoring
     its condition would score for the target. At 32/255 (at 8/255 a ci model barely moves toward a
-    class within 150 updates; the test checks the conditioning, not the paper's numbers);
-    measured: CGNC hit ~0.26 vs ~0.05 for the other classes."""
+    class within so few updates; the test checks the conditioning, not the paper's numbers);
+    measured after 150 updates: CGNC hit 0.26, Dual-Flow 0.25, vs ~0.05 for the other classes."""
     model = trained("resnet20_a")
     xt, yt, _ = train_images
     x, y, idx = test_data
     atk = create_attack(name, eps=32 / 255, **{**TINY, **kw})
     assert atk.targeted  # multi-target generators are targeted by construction
     G, info = atk.train(SurrogateSet([model], ["resnet20_a"]), xt, yt)
-    assert info["passes"] == 150 * 32  # CGNC: 150 updates of one view; Dual-Flow: 75 batches × 2 flow steps
+    assert info["passes"] == 120 * 32  # CGNC: 120 updates of one view; Dual-Flow: 60 batches × 2 flow steps
     target = (y + 1 + torch.arange(len(y)) % 9) % 10
     x_adv = atk.apply(G, x, target, 100, "cpu")
     assert float((x_adv - x).abs().max()) <= 32 / 255 + 1e-6
