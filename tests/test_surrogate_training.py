@@ -207,10 +207,20 @@ def test_every_attack_over_a_collection_keeps_ball_and_counts(name, st_models, t
     plain = trained("resnet20_b")
     for per_step, extra in ((1, []), (2, []), (2, [plain])):
         S = SurrogateSet([_lgv_collection(per_step), *extra])
-        # a universal attack called on these 8 images crafts its δ on them: n_craft = batch = 8
-        uni = {"n_craft": len(x), "batch": len(x)} if ATTACKS.get(name).kind == "universal" else {}
+        # a universal or generative attack called on these 8 images learns on them: n_craft = batch = 8
+        kind = ATTACKS.get(name).kind
+        uni = {"n_craft": len(x), "batch": len(x)} if kind in ("universal", "generative") else {}
+        if kind == "generative":
+            uni.update(width=4, blocks=1)
+        if name == "pdcl":
+            uni.update(clip="tiny", prompt_steps=2)
         attack = create_attack(name, eps=eps, steps=2, **{**small.get(name, {}), **uni})
-        if ATTACKS.get(name).kind == "feature":  # guides fixed on one network: collections are refused
+        if name == "pdcl":
+            from advtransfer.attacks.fingerprint import TinyClip
+
+            attack.clip_model = TinyClip()
+        # guides fixed on one network (feature attacks, generators with a feature loss): collections are refused
+        if kind == "feature" or (kind == "generative" and attack.extra["objective"] == "feature"):
             with pytest.raises(UserError, match="weight collection"):
                 attack(S, x, y, idx)
             continue

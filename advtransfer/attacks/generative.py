@@ -221,6 +221,11 @@ class GenerativeAttack(Attack):
         losses: list[float] = []
         t0 = time.perf_counter()
         layer_models = S.models if self.extra["objective"] == "feature" else []
+        for m, name in zip(layer_models, S.names):
+            if hasattr(m, "draw_logits") or hasattr(m, "members"):
+                raise UserError(f"attack {self.name!r} trains on a surrogate layer's features (objective feature), "
+                                f"read through hooks on one network; {name} is a weight collection: use a plain "
+                                f"surrogate, or a logit objective (cda, cgnc, dual_flow)")
         with taps(layer_models, self.extra["layer"], S.names, tuple(x.shape[1:])) as T:
             st.taps = T
             self.start(S, st)
