@@ -265,12 +265,13 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     from advtransfer.cli import main
     from advtransfer.store import RunStore
 
-    trained("resnet20_a"), trained("resnet20_b")
+    trained("resnet20_a"), trained("resnet20_b"), trained("vgg_a")
     gen = {"n_craft": 96, "batch": 32, "width": 4, "blocks": 1, "steps": 3}
     grid = {"name": "gen_test", "dataset": "cifar10", "n": 60, "size": "ci", "batch_size": 30, "eps": ["8/255"],
             "defaults": {"steps": 2},
-            "attacks": {"mifgsm": {}, "cda": dict(gen), "cgnc": {**gen, "views": False}},
-            "surrogates": ["resnet20_a"], "victims": ["resnet20_a", "resnet20_b"]}
+            "attacks": {"mifgsm": {}, "mifgsm_t": {"attack": "mifgsm", "targeted": True},
+                        "cda": dict(gen), "cgnc": {**gen, "views": False}},
+            "surrogates": ["resnet20_a"], "victims": ["resnet20_a", "resnet20_b", "vgg_a"]}
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(grid))
     out = tmp_path / "run"
@@ -278,12 +279,30 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     assert main(args) == 0
     df = RunStore(out).read_results()
     g = df[df["attack_kind"] == "generative"]
-    assert set(g["attack_label"]) == {"cda", "cgnc"} and len(g) == 4
+    assert set(g["attack_label"]) == {"cda", "cgnc"} and len(g) == 6
     assert (g["n_craft"] == 96).all() and (g["gen_params"] > 0).all() and (g["gen_train_s"] > 0).all()
     # 3 updates of 32 images on one model: 96 surrogate passes, one per training image
     assert (g["surrogate_passes"] == 96).all() and (g["grad_evals"] == 1).all()
     m = df[df["attack_label"] == "mifgsm"]
     assert (m["surrogate_passes"] == 2 * 60).all()  # 2 steps on each of the 60 test images
+    # held-out transfer pooled over the victims that are not the surrogate, beside MI-FGSM of the same
+    # targeted flag: the pooled rate is the rows' summed counts, the difference the paired one
+    from advtransfer.analysis.report_generative import held_out_transfer
+
+    ho = held_out_transfer(out, df).set_index("attack_label")
+    assert set(ho.index) == {"mifgsm", "mifgsm_t", "cda", "cgnc"} and (ho["held_out"] == "resnet20_b+vgg_a").all()
+    for label, r in ho.iterrows():
+        rows = df[(df["attack_label"] == label) & ~df["is_whitebox"]]
+        wb = df[(df["attack_label"] == label) & df["is_whitebox"]]
+        assert r["asr"] == pytest.approx(rows["n_success"].sum() / rows["n_clean_correct"].sum())
+        assert r["whitebox_asr"] == pytest.approx(float(wb["asr"].iloc[0]))
+        assert r["asr_ci_low"] <= r["asr"] <= r["asr_ci_high"]
+    assert ho.loc["cda", "baseline"] == "mifgsm" and ho.loc["cgnc", "baseline"] == "mifgsm_t"
+    assert ho.loc["mifgsm", "baseline"] == "" and ho.loc["mifgsm_t", "baseline"] == ""
+    for a, b in (("cda", "mifgsm"), ("cgnc", "mifgsm_t")):
+        assert ho.loc[a, "diff"] == pytest.approx(ho.loc[a, "asr"] - ho.loc[b, "asr"])
+        assert ho.loc[a, "diff_ci_low"] <= ho.loc[a, "diff"] <= ho.loc[a, "diff_ci_high"]
+    assert ho.loc["cgnc", "surrogate_passes"] == 96 and ho.loc["mifgsm", "surrogate_passes"] == 120
     assert (df["linf_max"] <= 8 / 255 + 1e-6).all()
     # targeted (conditional) rows: random targets per image; the per-target counts add up to the row's
     t = g[g["attack_label"] == "cgnc"]
@@ -317,3 +336,4 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     # the report states each cell's surrogate compute and the per-target success
     html = (out / "report" / "report.html").read_text()
     assert "Generative attacks: compute" in html and "Targeted attacks per target class" in html
+    assert "Generative attacks: held-out transfer" in html and "held out, pooled" in html

@@ -1,6 +1,8 @@
 """Report sections for learned attacks (generative, and universal beside them): the surrogate
 compute of every cell of the run, so attacks that learn on training images and per-image attacks
-are compared at stated compute, and the per-target success of targeted rows.
+are compared at stated compute; every attack's held-out transfer pooled over the victims that are
+not its surrogates, with the paired difference to MI-FGSM on the same surrogate, images and
+victims (:func:`held_out_transfer`); and the per-target success of targeted rows.
 
 Registered with :func:`advtransfer.analysis.report_base.register_section` on import (``report.py``
 imports this module at its end). Both sections return ``None`` for runs they have nothing to say
@@ -11,10 +13,15 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
-from .report_base import Block, ReportContext, Section, Table, _pct, _tex_name, register_section
+from ..errors import UserError
+from .report_base import MINUS, Block, ReportContext, Section, Table, _pct, _tex_name, register_section
 from .stats import wilson_interval
+
+#: the per-image attack a learned attack is compared with on the same surrogate (same targeted flag)
+BASELINE_ATTACK = "mifgsm"
 
 
 def _num(v, fmt: str = "{:.0f}") -> str:
@@ -69,6 +76,115 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
     return Section("Generative attacks: compute", blocks, "generative-compute")
 
 
+def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Every attack's transfer to the held-out victims of its surrogate, pooled, beside MI-FGSM.
+
+    One row per (surrogate, ε, attack seed, attack label) of a (surrogate, ε, seed) group that has
+    a generative cell. Held-out victims are the victims of the group that are not its surrogates,
+    taken only where every attack of the group was evaluated on them, so each attack is pooled
+    over the same victims. ``asr`` = Σ successes / Σ clean-correct images over those victims, with
+    a 95% percentile bootstrap over the test images (one resample shared by every row: 2,000
+    resamples, seeded; images common to all victims are not counted as independent draws; each
+    model is one trained model, so model-to-model variation is not in the interval).
+    ``whitebox_asr`` pools the victims that are its surrogates (NaN if none). ``baseline`` is the
+    group's MI-FGSM row of the same targeted flag (same images, victims and targets: the targets
+    are drawn per image from the seed); ``diff`` = asr − its asr, with the interval of the paired
+    resamples. ``surrogate_passes``: the cell's forward+backward surrogate image-passes."""
+    from .mismatch import _boot_weights, _diff, _Images, _pooled
+
+    res = results[results["match"].fillna("none").astype(str) == "none"] if "match" in results.columns else results
+    res = res.copy()
+    res["seed"] = res["seed"] if "seed" in res.columns else 0
+    out = []
+    for (sur, eps_str, sd), grp in res.groupby(["surrogate", "eps_str", "seed"], sort=True):
+        if not (grp["attack_kind"] == "generative").any():
+            continue
+        labels = sorted(grp["attack_label"].unique())
+        held = set.intersection(*[set(grp[(grp["attack_label"] == a) & ~grp["is_whitebox"].astype(bool)]["victim"])
+                                  for a in labels])
+        if not held:
+            continue
+        images = _Images(run_dir, grp)
+        W = _boot_weights(len(images.index), seed)
+
+        def pooled(sub: pd.DataFrame) -> tuple:
+            S = np.zeros(len(images.index), np.int64)
+            C = np.zeros(len(images.index), np.int64)
+            for _, r in sub.iterrows():
+                s, c = images.row(r["cell_id"], r["victim"])
+                S, C = S + s, C + c
+            return _pooled(S, C, W)
+
+        stats: dict[str, tuple] = {}
+        rows = {}
+        for a in labels:
+            sub = grp[grp["attack_label"] == a]
+            first = sub.iloc[0]
+            ho = pooled(sub[sub["victim"].isin(held)])
+            wb = sub[sub["is_whitebox"].astype(bool)]
+            stats[a] = ho
+            passes = first.get("surrogate_passes", math.nan)
+            rows[a] = {"surrogate": sur, "eps_str": eps_str, "seed": int(sd), "attack_label": a,
+                       "attack": str(first["attack"]), "attack_kind": str(first["attack_kind"]),
+                       "targeted": bool(first["targeted"]), "surrogate_passes": float(passes) if not pd.isna(passes) else math.nan,
+                       "n_victims": len(held), "held_out": "+".join(sorted(held)),
+                       "whitebox_asr": pooled(wb)[0] if len(wb) else math.nan,
+                       "asr": ho[0], "asr_ci_low": ho[1], "asr_ci_high": ho[2],
+                       "baseline": "", "diff": math.nan, "diff_ci_low": math.nan, "diff_ci_high": math.nan}
+        for a, row in rows.items():
+            base = [b for b in labels if b != a and rows[b]["attack"] == BASELINE_ATTACK
+                    and rows[b]["targeted"] == row["targeted"] and rows[b]["attack_kind"] != "generative"]
+            if base and row["attack"] != BASELINE_ATTACK:
+                b = BASELINE_ATTACK if BASELINE_ATTACK in base else base[0]
+                row.update(baseline=b, **_diff(stats[a], stats[b]))
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _signed_pct(v: float) -> str:
+    if v is None or pd.isna(v):
+        return "n/a"
+    return f"{'+' if v >= 0 else MINUS}{abs(100 * v):.1f}"
+
+
+@register_section
+def section_generative_transfer(ctx: ReportContext) -> Section | None:
+    """Held-out transfer of every attack of a surrogate that has a generative cell, pooled over
+    victims, with the paired difference to MI-FGSM (:func:`held_out_transfer`)."""
+    df = ctx.results
+    if "attack_kind" not in df.columns or not (df["attack_kind"] == "generative").any():
+        return None
+    try:
+        tab = held_out_transfer(ctx.run_dir, df)
+    except UserError as exc:  # per-image tables missing: say so instead of failing the report
+        return Section("Generative attacks: held-out transfer", [f"Not available: {exc}"], "generative-transfer")
+    if tab.empty:
+        return None
+    blocks: list[Block] = [
+        "Each attack's success on the victims that are not its surrogates, pooled (Σ successes / Σ clean-correct "
+        "images over those victims; every attack of a surrogate is pooled over the same victims), with a 95% "
+        "bootstrap interval over the test images, beside MI-FGSM of the same targeted flag on the same surrogate, "
+        "images, victims and targets: *vs MI-FGSM* is the paired difference in points with its interval. "
+        "*Surrogate passes* is each cell's compute (a generator's training; MI-FGSM's steps on every test image). "
+        "Each surrogate and victim is one trained model: the intervals cover the images, not model-to-model "
+        "variation."]
+    for (sur, eps_str, sd), sub in tab.groupby(["surrogate", "eps_str", "seed"], sort=True):
+        # untargeted rows first; within each, the per-image attacks, then the generators
+        sub = sub.assign(_gen=sub["attack_kind"] == "generative").sort_values(
+            ["targeted", "_gen", "attack_label"], kind="stable")
+        rows = [[r["attack_label"], r["attack_kind"], "yes" if r["targeted"] else "no", _num(r["surrogate_passes"]),
+                 _pct(r["whitebox_asr"]), f"{_pct(r['asr'])} [{_pct(r['asr_ci_low'])}, {_pct(r['asr_ci_high'])}]",
+                 (f"{_signed_pct(r['diff'])} [{_signed_pct(r['diff_ci_low'])}, {_signed_pct(r['diff_ci_high'])}]"
+                  if r["baseline"] else "")]
+                for _, r in sub.iterrows()]
+        held = sub["held_out"].iloc[0].replace("+", ", ")
+        blocks.append(Table(["attack", "kind", "targeted", "surrogate passes", "white-box %", "held-out % [95%]",
+                             "vs MI-FGSM, points [95%]"], rows,
+                            f"surrogate {sur} · ε = {eps_str} · seed {sd}: held out {held}",
+                            tex=_tex_name(f"generative_transfer_{sur}_eps{eps_str}_seed{sd}")))
+    return Section("Generative attacks: held-out transfer", blocks, "generative-transfer")
+
+
 @register_section
 def section_per_target(ctx: ReportContext) -> Section | None:
     """Targeted rows: success per target class (the row's ``asr`` pools them)."""
@@ -83,7 +199,9 @@ def section_per_target(ctx: ReportContext) -> Section | None:
         "Targeted rows per target class: target hits / clean-correct images aimed at that class, in percent "
         "with Wilson 95% intervals (the ASR tables pool the classes). Random targets are drawn per image from "
         "(seed, dataset index), so every class gets about a ninth of the images; a generator that ignored its "
-        "condition would hit each class at the rate its images fall there by chance."]
+        "condition would hit each class at the rate its images fall there by chance. *Held out, pooled* adds up "
+        "the victims that are not surrogates, with a 95% bootstrap interval over the test images (shared by "
+        "every victim)."]
     for (label, surrogate, eps_str), sub in sel.groupby(["attack_label", "surrogate", "eps_str"], sort=True):
         victims = sorted(sub["victim"].unique())
         per = {v: json.loads(sub[sub["victim"] == v]["asr_by_target"].iloc[0]) for v in victims}
@@ -98,9 +216,47 @@ def section_per_target(ctx: ReportContext) -> Section | None:
             rows.append(row)
         wb = {v for v in victims if bool(sub[sub["victim"] == v]["is_whitebox"].any())}
         cols = ["target"] + [f"{v} †" if v in wb else v for v in victims]
+        held = sub[~sub["victim"].isin(wb) & (sub["cell_id"] == sub["cell_id"].iloc[0])]
+        pooled = _per_target_pooled(ctx.run_dir, held) if len(held) > 1 else None
+        if pooled is not None:
+            cols.append("held out, pooled")
+            for row, c in zip(rows, classes):
+                k, n, lo, hi = pooled.get(int(c), (0, 0, math.nan, math.nan))
+                row.append(f"{_pct(k / n) if n else 'n/a'} [{_pct(lo)}, {_pct(hi)}] ({k}/{n})")
         blocks.append(Table(cols, rows, f"{label} · surrogate {surrogate} · ε = {eps_str}: target hit % per class "
                                         f"(† white-box)", tex=_tex_name(f"per_target_{label}_{surrogate}_eps{eps_str}")))
     return Section("Targeted attacks per target class", blocks, "per-target")
+
+
+def _per_target_pooled(run_dir, rows: pd.DataFrame) -> dict[int, tuple[int, int, float, float]] | None:
+    """Per target class: (hits, clean-correct images aimed at it, 95% bootstrap interval) pooled over
+    ``rows`` (one targeted cell, several victims); the bootstrap resamples the test images (shared
+    by every victim). None when the cell's examples or per-image tables are not in the run."""
+    from ..store import RunStore
+    from .mismatch import _boot_weights, _Images, _pooled
+
+    try:
+        loaded = RunStore(run_dir).load_adv(str(rows["cell_id"].iloc[0]))
+        images = _Images(run_dir, rows)
+    except UserError:
+        return None
+    if loaded is None or "target" not in loaded[0] or "index" not in loaded[0]:
+        return None
+    tensors = loaded[0]
+    target = dict(zip(tensors["index"].tolist(), tensors["target"].tolist()))
+    t = np.array([target.get(int(i), -1) for i in images.index])
+    S = np.zeros(len(images.index), np.int64)
+    C = np.zeros(len(images.index), np.int64)
+    for _, r in rows.iterrows():
+        s, c = images.row(r["cell_id"], r["victim"])
+        S, C = S + s, C + c
+    W = _boot_weights(len(images.index))
+    out = {}
+    for cls in sorted(set(t.tolist()) - {-1}):
+        m = (t == cls).astype(np.int64)
+        asr, lo, hi, _ = _pooled(S * m, C * m, W)
+        out[int(cls)] = (int((S * m).sum()), int((C * m).sum()), lo, hi)
+    return out
 
 
 def _class_names(ctx: ReportContext) -> list[str]:
@@ -112,4 +268,4 @@ def _class_names(ctx: ReportContext) -> list[str]:
     return []
 
 
-__all__ = ["section_generative_compute", "section_per_target"]
+__all__ = ["held_out_transfer", "section_generative_compute", "section_generative_transfer", "section_per_target"]
