@@ -171,11 +171,13 @@ def versions() -> dict[str, str]:
     from . import __version__
 
     out = {"advtransfer": __version__, "torch": torch.__version__, "numpy": numpy.__version__}
-    try:
-        import timm
+    # timm's version from its installed metadata: importing timm (and torchvision with it) only to
+    # read the string cost every run seconds of start-up
+    from importlib.metadata import PackageNotFoundError, version
 
-        out["timm"] = timm.__version__
-    except ImportError:
+    try:
+        out["timm"] = version("timm")
+    except PackageNotFoundError:
         pass
     return out
 

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import binomtest, norm
 
 ALPHA = 0.05
 VERDICTS = ("a_better", "b_better", "no_difference")
@@ -26,6 +25,8 @@ VERDICTS = ("a_better", "b_better", "no_difference")
 def _z(conf: float) -> float:
     if not 0.0 < conf < 1.0:
         raise ValueError(f"confidence level must be in (0, 1), got {conf}")
+    from scipy.stats import norm  # imported when needed: scipy.stats costs every run seconds of start-up
+
     return float(norm.ppf(0.5 + conf / 2))
 
 
@@ -41,6 +42,8 @@ def mcnemar_exact(b: int, c: int) -> float:
         raise ValueError(f"discordant counts must be non-negative, got b={b}, c={c}")
     if b + c == 0:
         return 1.0
+    from scipy.stats import binomtest
+
     return float(min(1.0, binomtest(b, b + c, 0.5, alternative="two-sided").pvalue))
 
 

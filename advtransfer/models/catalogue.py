@@ -2,6 +2,7 @@
 into :class:`ModelSpec` objects, with the recipe hash that names a trained model's identity."""
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -197,15 +198,31 @@ def zoo_dirs() -> list[Path]:
     return catalogue_dirs()
 
 
+#: parsed catalogue files by path: (text, document). A run reads the catalogue many times and
+#: PyYAML's parser is slow; a file whose text changed is parsed again.
+_PARSED: dict[str, tuple[str, Any]] = {}
+
+
+def _parse_catalogue(path: Path) -> Any:
+    """``yaml.safe_load`` of ``path``, from :data:`_PARSED` when its text is unchanged (a deep copy:
+    callers may modify what they get)."""
+    text = path.read_text()
+    hit = _PARSED.get(str(path))
+    if hit is None or hit[0] != text:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        hit = _PARSED[str(path)] = (text, doc)
+    return copy.deepcopy(hit[1])
+
+
 def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
     """All model entries of the zoo folders, by name (names are unique across files)."""
     specs: dict[str, ModelSpec] = {}
     for d in dirs or zoo_dirs():
         for path in sorted(Path(d).glob("*.yaml")):
-            try:
-                doc = yaml.safe_load(path.read_text())
-            except yaml.YAMLError as exc:
-                raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+            doc = _parse_catalogue(path)
             entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
             if not isinstance(entries, list):
                 raise UserError(f"{path}: expected a top-level 'models:' list")
