@@ -6,7 +6,7 @@ from .base import register_attack
 from .generative import GenerativeAttack
 
 
-@register_attack("bia", kind="generative", version=1)
+@register_attack("bia", kind="generative", version=2)
 class BIA(GenerativeAttack):
     """Generator attack with the mid-layer feature loss (``objective: feature`` at ``layer``,
     ``auto`` = the surrogate's middle block). Untargeted."""

@@ -4,7 +4,7 @@ from .base import register_attack
 from .generative import GenerativeAttack
 
 
-@register_attack("cda", kind="generative", version=1)
+@register_attack("cda", kind="generative", version=2)
 class CDA(GenerativeAttack):
     """Generator attack with the relativistic loss (``objective: rce``; ce for a targeted generator
     with one fixed target class). See :mod:`advtransfer.attacks.generative` for the training loop."""

@@ -70,7 +70,7 @@ def augment_views(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.where(to_grey, grey(out), out)
 
 
-@register_attack("cgnc", kind="generative", version=1)
+@register_attack("cgnc", kind="generative", version=2)
 class CGNC(GenerativeAttack):
     """Multi-target conditional generator (targeted). Parameters besides the generator's: ``cond``
     (``label`` or ``clip``), ``clip`` (zoo entry for cond clip), ``views`` (train on the three

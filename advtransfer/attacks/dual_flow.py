@@ -37,7 +37,7 @@ from .generators import FlowVelocity, bound
 from .ops import project
 
 
-@register_attack("dual_flow", kind="generative", version=1)
+@register_attack("dual_flow", kind="generative", version=2)
 class DualFlow(GenerativeAttack):
     """Multi-target conditional flow attack (targeted). Parameters besides the generator's:
     ``flow_steps`` (K), ``cond`` and ``clip`` as for cgnc. ``steps`` counts batches (each makes K

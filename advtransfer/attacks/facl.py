@@ -42,7 +42,7 @@ def band_masks(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Ten
     return mid, 1 - mid
 
 
-@register_attack("facl", kind="generative", version=1)
+@register_attack("facl", kind="generative", version=2)
 class FACL(GenerativeAttack):
     """BIA + FADR + FACL. Parameters besides the generator's: ``band_low``/``band_high`` (DCT
     radius fractions), ``fadr_sigma`` (noise std, pixels), ``fadr_rho`` (mask spread),

@@ -33,7 +33,7 @@ from .base import CraftContext, register_attack
 from .generative import GenerativeAttack
 
 
-@register_attack("pdcl", kind="generative", version=1)
+@register_attack("pdcl", kind="generative", version=2)
 class PDCL(GenerativeAttack):
     """BIA + prompt-driven contrastive guidance. Parameters besides the generator's: ``clip`` (zoo
     entry of the CLIP model; required), ``n_ctx`` (learned context vectors), ``prompt_steps`` and
