@@ -305,6 +305,22 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
         assert ho.loc[a, "diff"] == pytest.approx(ho.loc[a, "asr"] - ho.loc[b, "asr"])
         assert ho.loc[a, "diff_ci_low"] <= ho.loc[a, "diff"] <= ho.loc[a, "diff_ci_high"]
     assert ho.loc["cgnc", "surrogate_passes"] == 96 and ho.loc["mifgsm", "surrogate_passes"] == 120
+    # the chance level of a targeted row: the same held-out examples landing on a class that is
+    # neither the label nor the target, averaged over those 8 classes (counted here from the
+    # per-image tables), and the target rate's margin over it
+    store, labels = RunStore(out), load_cifar10("test").y
+    for label in ("mifgsm_t", "cgnc"):
+        cid = df[df["attack_label"] == label]["cell_id"].iloc[0]
+        tgt = dict(zip(*(store.load_adv(cid)[0][k].tolist() for k in ("index", "target"))))
+        smp = store.read_samples(cid)
+        smp = smp[smp["victim"].isin(["resnet20_b", "vgg_a"])]
+        y, t = labels[smp["index"].to_numpy()], smp["index"].map(tgt).to_numpy()
+        other = ((smp["clean_correct"] & (smp["adv_pred"] != y) & (smp["adv_pred"] != t)).sum() / 8
+                 / smp["clean_correct"].sum())
+        assert ho.loc[label, "other_target"] == pytest.approx(other)
+        assert ho.loc[label, "over_other"] == pytest.approx(ho.loc[label, "asr"] - other)
+        assert ho.loc[label, "over_other_ci_low"] <= ho.loc[label, "over_other"] <= ho.loc[label, "over_other_ci_high"]
+    assert ho.loc[["mifgsm", "cda"], "other_target"].isna().all()  # untargeted rows have no chance level
     assert (df["linf_max"] <= 8 / 255 + 1e-6).all()
     # targeted (conditional) rows: random targets per image; the per-target counts add up to the row's
     t = g[g["attack_label"] == "cgnc"]

@@ -89,12 +89,18 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
     ``whitebox_asr`` pools the victims that are its surrogates (NaN if none). ``baseline`` is the
     group's MI-FGSM row of the same targeted flag (same images, victims and targets: the targets
     are drawn per image from the seed); ``diff`` = asr − its asr, with the interval of the paired
-    resamples. ``surrogate_passes``: the cell's forward+backward surrogate image-passes."""
+    resamples. ``surrogate_passes``: the cell's forward+backward surrogate image-passes.
+    ``other_target`` (targeted rows): how often the same held-out examples land on one given class
+    that is neither the image's label nor its target, averaged over those K − 2 classes — what the
+    attack would score had it been asked for a random other class, the chance level its ``asr``
+    must beat to show it follows its target; ``over_other`` = asr − other_target with its paired
+    bootstrap interval (NaN where the labels or targets cannot be read)."""
     from .mismatch import _boot_weights, _diff, _Images, _pooled
 
     res = results[results["match"].fillna("none").astype(str) == "none"] if "match" in results.columns else results
     res = res.copy()
     res["seed"] = res["seed"] if "seed" in res.columns else 0
+    labels_of = _labels_reader(run_dir)
     out = []
     for (sur, eps_str, sd), grp in res.groupby(["surrogate", "eps_str", "seed"], sort=True):
         if not (grp["attack_kind"] == "generative").any():
@@ -107,20 +113,34 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
         images = _Images(run_dir, grp)
         W = _boot_weights(len(images.index), seed)
 
-        def pooled(sub: pd.DataFrame) -> tuple:
+        def counts(sub: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             S = np.zeros(len(images.index), np.int64)
             C = np.zeros(len(images.index), np.int64)
             for _, r in sub.iterrows():
                 s, c = images.row(r["cell_id"], r["victim"])
                 S, C = S + s, C + c
-            return _pooled(S, C, W)
+            return S, C
+
+        def pooled(sub: pd.DataFrame) -> tuple:
+            return _pooled(*counts(sub), W)
 
         stats: dict[str, tuple] = {}
         rows = {}
         for a in labels:
             sub = grp[grp["attack_label"] == a]
             first = sub.iloc[0]
-            ho = pooled(sub[sub["victim"].isin(held)])
+            S, C = counts(sub[sub["victim"].isin(held)])
+            ho = _pooled(S, C, W)
+            O = _other_target(run_dir, images, sub[sub["victim"].isin(held)], labels_of) if bool(first["targeted"]) else None
+            over = {"other_target": math.nan, "over_other": math.nan, "over_other_ci_low": math.nan,
+                    "over_other_ci_high": math.nan}
+            if O is not None and C.sum():
+                den = W @ C
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    boots = np.where(den > 0, (W @ (S - O)) / np.where(den > 0, den, 1), np.nan)
+                lo, hi = np.nanpercentile(boots, [2.5, 97.5])
+                over = {"other_target": float(O.sum() / C.sum()), "over_other": float((S.sum() - O.sum()) / C.sum()),
+                        "over_other_ci_low": float(lo), "over_other_ci_high": float(hi)}
             wb = sub[sub["is_whitebox"].astype(bool)]
             stats[a] = ho
             passes = first.get("surrogate_passes", math.nan)
@@ -129,7 +149,7 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
                        "targeted": bool(first["targeted"]), "surrogate_passes": float(passes) if not pd.isna(passes) else math.nan,
                        "n_victims": len(held), "held_out": "+".join(sorted(held)),
                        "whitebox_asr": pooled(wb)[0] if len(wb) else math.nan,
-                       "asr": ho[0], "asr_ci_low": ho[1], "asr_ci_high": ho[2],
+                       "asr": ho[0], "asr_ci_low": ho[1], "asr_ci_high": ho[2], **over,
                        "baseline": "", "diff": math.nan, "diff_ci_low": math.nan, "diff_ci_high": math.nan}
         for a, row in rows.items():
             base = [b for b in labels if b != a and rows[b]["attack"] == BASELINE_ATTACK
@@ -139,6 +159,55 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
                 row.update(baseline=b, **_diff(stats[a], stats[b]))
             out.append(row)
     return pd.DataFrame(out)
+
+
+def _labels_reader(run_dir):
+    """A function giving (labels of dataset indices, class count) of the run's evaluation split, read
+    lazily from the dataset the manifest names; None where it cannot be loaded."""
+    cache: dict = {}
+
+    def get():
+        if "v" not in cache:
+            cache["v"] = None
+            try:
+                from ..data import load_dataset
+                from ..store import RunStore
+
+                grid = RunStore(run_dir).read_manifest().get("grid") or {}
+                ds = load_dataset(str(grid.get("dataset", "cifar10")), str(grid.get("split", "test")))
+                cache["v"] = (np.asarray(ds.y), len(ds.classes))
+            except (UserError, OSError, ValueError, KeyError):
+                pass
+        return cache["v"]
+
+    return get
+
+
+def _other_target(run_dir, images, rows: pd.DataFrame, labels_of) -> np.ndarray | None:
+    """Per image of ``images`` (summed over ``rows``: one targeted cell, several victims):
+    1[clean-correct, and x_adv classified neither as its label nor as its target] / (K − 2). None
+    where the labels or the cell's targets cannot be read."""
+    from ..store import RunStore
+
+    lab = labels_of()
+    if lab is None or rows.empty:
+        return None
+    y_all, k = lab
+    loaded = RunStore(run_dir).load_adv(str(rows["cell_id"].iloc[0]))
+    if k < 3 or loaded is None or "target" not in loaded[0]:
+        return None
+    target = dict(zip(loaded[0]["index"].tolist(), loaded[0]["target"].tolist()))
+    out = np.zeros(len(images.index))
+    for _, r in rows.iterrows():
+        df = images._cell(r["cell_id"])
+        df = df[df["victim"] == r["victim"]]
+        idx = df["index"].to_numpy()
+        t = np.array([target.get(int(i), -1) for i in idx])
+        cc = df["clean_correct"].to_numpy(dtype=bool)
+        pred = df["adv_pred"].to_numpy()
+        pos = np.array([images.pos[int(i)] for i in idx], dtype=np.int64)
+        np.add.at(out, pos, (cc & (pred != y_all[idx]) & (pred != t)) / (k - 2))
+    return out
 
 
 def _signed_pct(v: float) -> str:
@@ -166,6 +235,10 @@ def section_generative_transfer(ctx: ReportContext) -> Section | None:
         "bootstrap interval over the test images, beside MI-FGSM of the same targeted flag on the same surrogate, "
         "images, victims and targets: *vs MI-FGSM* is the paired difference in points with its interval. "
         "*Surrogate passes* is each cell's compute (a generator's training; MI-FGSM's steps on every test image). "
+        "*Other target* (targeted rows): how often the same held-out examples land on one given class that is "
+        "neither the label nor the requested target, averaged over those classes: the chance level a targeted "
+        "attack must beat to show that it follows its target; in brackets the held-out rate minus it, in points, "
+        "with its paired interval. "
         "Each surrogate and victim is one trained model: the intervals cover the images, not model-to-model "
         "variation."]
     for (sur, eps_str, sd), sub in tab.groupby(["surrogate", "eps_str", "seed"], sort=True):
@@ -174,12 +247,14 @@ def section_generative_transfer(ctx: ReportContext) -> Section | None:
             ["targeted", "_gen", "attack_label"], kind="stable")
         rows = [[r["attack_label"], r["attack_kind"], "yes" if r["targeted"] else "no", _num(r["surrogate_passes"]),
                  _pct(r["whitebox_asr"]), f"{_pct(r['asr'])} [{_pct(r['asr_ci_low'])}, {_pct(r['asr_ci_high'])}]",
+                 (f"{_pct(r['other_target'])} ({_signed_pct(r['over_other'])} [{_signed_pct(r['over_other_ci_low'])}, "
+                  f"{_signed_pct(r['over_other_ci_high'])}])" if r["targeted"] and not pd.isna(r["other_target"]) else ""),
                  (f"{_signed_pct(r['diff'])} [{_signed_pct(r['diff_ci_low'])}, {_signed_pct(r['diff_ci_high'])}]"
                   if r["baseline"] else "")]
                 for _, r in sub.iterrows()]
         held = sub["held_out"].iloc[0].replace("+", ", ")
         blocks.append(Table(["attack", "kind", "targeted", "surrogate passes", "white-box %", "held-out % [95%]",
-                             "vs MI-FGSM, points [95%]"], rows,
+                             "other target % (target − other [95%])", "vs MI-FGSM, points [95%]"], rows,
                             f"surrogate {sur} · ε = {eps_str} · seed {sd}: held out {held}",
                             tex=_tex_name(f"generative_transfer_{sur}_eps{eps_str}_seed{sd}")))
     return Section("Generative attacks: held-out transfer", blocks, "generative-transfer")
