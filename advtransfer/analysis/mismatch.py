@@ -63,6 +63,14 @@ class _Images:
         c[pos] = df["clean_correct"].to_numpy(dtype=bool)
         return s, c
 
+    def summed(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(successes, clean-correct) per image, summed over the (cell_id, victim) pairs of ``rows``."""
+        S, C = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
+        for r in rows.itertuples():
+            s, c = self.row(r.cell_id, r.victim)
+            S, C = S + s, C + c
+        return S, C
+
 
 def _boot_weights(n: int, seed: int = 0) -> np.ndarray:
     """B×n multinomial resampling counts of n images (seeded)."""

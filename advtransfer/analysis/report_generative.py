@@ -113,34 +113,24 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
         images = _Images(run_dir, grp)
         W = _boot_weights(len(images.index), seed)
 
-        def counts(sub: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-            S = np.zeros(len(images.index), np.int64)
-            C = np.zeros(len(images.index), np.int64)
-            for _, r in sub.iterrows():
-                s, c = images.row(r["cell_id"], r["victim"])
-                S, C = S + s, C + c
-            return S, C
-
         def pooled(sub: pd.DataFrame) -> tuple:
-            return _pooled(*counts(sub), W)
+            return _pooled(*images.summed(sub), W)
 
         stats: dict[str, tuple] = {}
         rows = {}
         for a in labels:
             sub = grp[grp["attack_label"] == a]
             first = sub.iloc[0]
-            S, C = counts(sub[sub["victim"].isin(held)])
+            S, C = images.summed(sub[sub["victim"].isin(held)])
             ho = _pooled(S, C, W)
             O = _other_target(run_dir, images, sub[sub["victim"].isin(held)], labels_of) if bool(first["targeted"]) else None
             over = {"other_target": math.nan, "over_other": math.nan, "over_other_ci_low": math.nan,
                     "over_other_ci_high": math.nan}
             if O is not None and C.sum():
-                den = W @ C
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    boots = np.where(den > 0, (W @ (S - O)) / np.where(den > 0, den, 1), np.nan)
-                lo, hi = np.nanpercentile(boots, [2.5, 97.5])
-                over = {"other_target": float(O.sum() / C.sum()), "over_other": float((S.sum() - O.sum()) / C.sum()),
-                        "over_other_ci_low": float(lo), "over_other_ci_high": float(hi)}
+                # the margin is a pooled rate itself: Σ(hits − other) / Σ clean-correct, resampled alike
+                margin, lo, hi, _ = _pooled(S - O, C, W)
+                over = {"other_target": float(O.sum() / C.sum()), "over_other": margin,
+                        "over_other_ci_low": lo, "over_other_ci_high": hi}
             wb = sub[sub["is_whitebox"].astype(bool)]
             stats[a] = ho
             passes = first.get("surrogate_passes", math.nan)
@@ -183,20 +173,27 @@ def _labels_reader(run_dir):
     return get
 
 
+def _cell_targets(run_dir, cell_id: str) -> dict[int, int] | None:
+    """Dataset index -> target class of a targeted cell, from its saved examples; None without them."""
+    from ..store import RunStore
+
+    loaded = RunStore(run_dir).load_adv(cell_id)
+    if loaded is None or "target" not in loaded[0] or "index" not in loaded[0]:
+        return None
+    return dict(zip(loaded[0]["index"].tolist(), loaded[0]["target"].tolist()))
+
+
 def _other_target(run_dir, images, rows: pd.DataFrame, labels_of) -> np.ndarray | None:
     """Per image of ``images`` (summed over ``rows``: one targeted cell, several victims):
     1[clean-correct, and x_adv classified neither as its label nor as its target] / (K − 2). None
     where the labels or the cell's targets cannot be read."""
-    from ..store import RunStore
-
     lab = labels_of()
     if lab is None or rows.empty:
         return None
     y_all, k = lab
-    loaded = RunStore(run_dir).load_adv(str(rows["cell_id"].iloc[0]))
-    if k < 3 or loaded is None or "target" not in loaded[0]:
+    target = _cell_targets(run_dir, str(rows["cell_id"].iloc[0]))
+    if k < 3 or target is None:
         return None
-    target = dict(zip(loaded[0]["index"].tolist(), loaded[0]["target"].tolist()))
     out = np.zeros(len(images.index))
     for _, r in rows.iterrows():
         df = images._cell(r["cell_id"])
@@ -307,24 +304,17 @@ def _per_target_pooled(run_dir, rows: pd.DataFrame) -> dict[int, tuple[int, int,
     """Per target class: (hits, clean-correct images aimed at it, 95% bootstrap interval) pooled over
     ``rows`` (one targeted cell, several victims); the bootstrap resamples the test images (shared
     by every victim). None when the cell's examples or per-image tables are not in the run."""
-    from ..store import RunStore
     from .mismatch import _boot_weights, _Images, _pooled
 
     try:
-        loaded = RunStore(run_dir).load_adv(str(rows["cell_id"].iloc[0]))
+        target = _cell_targets(run_dir, str(rows["cell_id"].iloc[0]))
         images = _Images(run_dir, rows)
     except UserError:
         return None
-    if loaded is None or "target" not in loaded[0] or "index" not in loaded[0]:
+    if target is None:
         return None
-    tensors = loaded[0]
-    target = dict(zip(tensors["index"].tolist(), tensors["target"].tolist()))
     t = np.array([target.get(int(i), -1) for i in images.index])
-    S = np.zeros(len(images.index), np.int64)
-    C = np.zeros(len(images.index), np.int64)
-    for _, r in rows.iterrows():
-        s, c = images.row(r["cell_id"], r["victim"])
-        S, C = S + s, C + c
+    S, C = images.summed(rows)
     W = _boot_weights(len(images.index))
     out = {}
     for cls in sorted(set(t.tolist()) - {-1}):

@@ -145,10 +145,11 @@ class FeatureTap:
         return f, logits
 
 
-def check_plain(model: nn.Module, name: str) -> None:
-    """A feature attack fixes its guides on one network: weight collections are refused."""
+def check_plain(model: nn.Module, name: str, why: str = "feature-level attacks take plain surrogates") -> None:
+    """A feature attack fixes its guides on one network: weight collections are refused with
+    ``why`` (what needs a plain surrogate, and what to do) as the start of the line."""
     if hasattr(model, "draw_logits") or hasattr(model, "members"):
-        raise UserError(f"feature-level attacks take plain surrogates; {name} is a weight collection")
+        raise UserError(f"{why}; {name} is a weight collection")
 
 
 @contextmanager

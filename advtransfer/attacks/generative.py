@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
-from .features import taps
+from .features import check_plain, taps
 from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
 
 #: generator losses (``objective``): ``feature`` — cosine similarity of the surrogate's features at
@@ -74,10 +74,11 @@ class GenerativeAttack(Attack):
 
     ``n_craft`` (training images), ``batch`` (images per update), ``lr`` (Adam step size, default
     2e-4 with β = (0.5, 0.999), CDA's and BIA's optimiser; on the cpu-size resnet20_a, CDA with 600
-    updates fooled it on 42% of test images 0..499 at 2e-4, 32% at 1e-3, 13% at 3e-3), ``width``/``blocks`` (generator size), ``objective`` (see
-    :data:`OBJECTIVES`), ``layer`` (surrogate layer of the feature objective: a module name or
-    ``auto``, the middle block), and for conditional attacks ``cond`` (``label`` or ``clip``) and
-    ``clip`` (zoo entry of the CLIP model). ``steps`` counts generator updates; ``alpha`` is unused.
+    updates fooled it on 42% of test images 0..499 at 2e-4, 32% at 1e-3, 13% at 3e-3),
+    ``width``/``blocks`` (generator size), ``objective`` (see :data:`OBJECTIVES`), ``layer``
+    (surrogate layer of the feature objective: a module name or ``auto``, the middle block), and
+    for conditional attacks ``cond`` (``label`` or ``clip``) and ``clip`` (zoo entry of the CLIP
+    model). ``steps`` counts generator updates; ``alpha`` is unused.
     """
 
     kind = "generative"
@@ -223,10 +224,8 @@ class GenerativeAttack(Attack):
         t0 = time.perf_counter()
         layer_models = S.models if self.extra["objective"] == "feature" else []
         for m, name in zip(layer_models, S.names):
-            if hasattr(m, "draw_logits") or hasattr(m, "members"):
-                raise UserError(f"attack {self.name!r} trains on a surrogate layer's features (objective feature), "
-                                f"read through hooks on one network; {name} is a weight collection: use a plain "
-                                f"surrogate, or a logit objective (cda, cgnc, dual_flow)")
+            check_plain(m, name, f"attack {self.name!r} trains on one network's layer features (objective feature): "
+                                 f"use a plain surrogate, or a logit objective (cda, cgnc, dual_flow)")
         with taps(layer_models, self.extra["layer"], S.names, tuple(x.shape[1:])) as T:
             st.taps = T
             self.start(S, st)
