@@ -4,9 +4,9 @@ the same gradient N times) and its importance taken, as torchattack's port does,
 class's softmax probability (``score: prob``; the authors' code and our default use the logit).
 
 Not cross-checked, and why: torchattack's NAA integrates over k/N·x, k = 0..N−1 without noise (the
-authors' code and ours: (1 − k/N)·(x + ξ)), its SGM scales every ReLU of a torchvision ResNet by √γ
-(ours: the residual branch by γ, the paper's equation), and SSA, BSR and Admix draw their own
-random copies. torchattack takes the mean loss over the batch and normalises momentum by the mean
+authors' code and ours: (1 − k/N)·(x + ξ)), its SGM needs torchvision's module names (it is
+compared with ours on a torchvision ResNet-18 in tests/test_fidelity.py), and SSA, BSR and Admix
+draw their own random copies. torchattack takes the mean loss over the batch and normalises momentum by the mean
 absolute gradient; both are positive per-sample rescalings, so sign steps agree up to rounding.
 """
 from __future__ import annotations

@@ -64,7 +64,11 @@ class TinyClip(nn.Module):
         return nn.functional.normalize(ctx.mean(0) @ self.txt + self.cls, dim=-1)
 
 #: attacks that need model structure the plain tiny nets lack get tiny residual nets instead
-RESIDUAL = {"sgm", "pas"}
+RESIDUAL = {"pas"}
+#: ... and those whose default form leaves the first block of a stage alone (SGM) or renormalises
+#: residual branches (LinBP) get three blocks, the second one neither first of its stage nor downsampling
+DEEP_RESIDUAL = {"sgm", "linbp"}
+INPUTS = ("plain", "residual", "deep")
 
 
 def _tiny_net(seed: int) -> nn.Module:
@@ -94,10 +98,12 @@ class _Block(nn.Module):
         return self.act2(out + (x if self.short is None else self.short(x)))
 
 
-def _tiny_res_net(seed: int) -> nn.Module:
-    """A conv stem, two residual blocks (one downsampling) and a linear head."""
+def _tiny_res_net(seed: int, deep: bool = False) -> nn.Module:
+    """A conv stem, two residual blocks (one downsampling; ``deep``: three, the middle one keeping
+    width and resolution) and a linear head."""
     g = torch.Generator().manual_seed(seed)
-    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), _Block(6, 6, 1), _Block(6, 8, 2),
+    blocks = [_Block(6, 6, 1)] + ([_Block(6, 6, 1)] if deep else []) + [_Block(6, 8, 2)]
+    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), *blocks,
                         nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10)).double()
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -105,24 +111,36 @@ def _tiny_res_net(seed: int) -> nn.Module:
     return net.eval()
 
 
-def fixed_input(residual: bool = False) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Two tiny float64 models (with residual blocks if ``residual``), 6 images (float64 in
-    [0,1]), labels and dataset indices."""
+def fixed_input(residual: bool = False, deep: bool = False) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two tiny float64 models (with two residual blocks if ``residual``, three if ``deep``), 6
+    images (float64 in [0,1]), labels and dataset indices."""
     g = torch.Generator().manual_seed(12345)
     x = torch.rand(6, 3, 32, 32, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 3, 4, 5])
+    if deep:
+        return [_tiny_res_net(1, deep=True), _tiny_res_net(2, deep=True)], x, y, torch.arange(100, 106)
     build = _tiny_res_net if residual else _tiny_net
     return [build(1), build(2)], x, y, torch.arange(100, 106)
 
 
-def fingerprint(name: str) -> str:
+def default_inputs(name: str) -> str:
+    """Which of :data:`INPUTS` attack ``name`` is fingerprinted on."""
+    return "deep" if name in DEEP_RESIDUAL else "residual" if name in RESIDUAL else "plain"
+
+
+def fingerprint(name: str, params: dict | None = None, inputs: str | None = None) -> str:
     """sha256 (first 16 hex digits) of attack ``name``'s output on :func:`fixed_input`, computed
-    with one thread (restored afterwards)."""
-    models, x, y, index = fixed_input(residual=name in RESIDUAL)
+    with one thread (restored afterwards). ``params`` are added to the attack's :data:`SMALL`
+    settings and ``inputs`` (one of :data:`INPUTS`) replaces :func:`default_inputs`: how an earlier
+    version's fingerprint is reproduced by an option that keeps its form."""
+    inputs = inputs or default_inputs(name)
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
+    models, x, y, index = fixed_input(residual=inputs == "residual", deep=inputs == "deep")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        atk = create_attack(name, eps=8 / 255, steps=2, **SMALL.get(name, {}))
+        atk = create_attack(name, eps=8 / 255, steps=2, **{**SMALL.get(name, {}), **(params or {})})
         if SMALL.get(name, {}).get("clip"):
             atk.clip_model = TinyClip()
         # targeted attacks (the multi-target generators) aim at the next class

@@ -77,9 +77,15 @@ def _check_path(values: Any, what: str) -> list[float]:
 @register_attack("pas", kind="gradient", version=1)
 class PAS(IterativeAttack):
     """Parameters: ``gammas`` (residual-branch decay per stage, [0.5, 0.5, 0.5] by default) and
-    ``deltas`` (SkipConv decay per stage, [1.0, 1.0, 1.0]): the defaults are SGM; ``advtransfer pas
-    MODEL --validators ...`` searches a path and prints it as these parameters. ``momentum`` (1.0).
-    Cost: T per model (the search's cost is paid once, outside the cell)."""
+    ``deltas`` (SkipConv decay per stage, [1.0, 1.0, 1.0]): the defaults are SGM's ``form:
+    equation`` at γ = 0.5, and γ = δ = 1 is MI-FGSM exactly (no hook is attached);
+    ``advtransfer pas MODEL --validators ...`` searches a path and prints it as these parameters.
+    ``momentum`` (1.0). Cost: T per model (the search's cost is paid once, outside the cell).
+
+    The path space is the PAS paper's: a stage's γ_s decays every residual branch of the stage,
+    the first (downsampling) block included. SGM's default form, the SGM authors' code, leaves
+    the first block of each stage undecayed and scales at the ReLUs; it is not a point of this
+    space, and PAS keeps the paper's form (``tests/test_fidelity.py`` checks both statements)."""
 
     hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
 
@@ -141,6 +147,7 @@ def search_path(model: nn.Module, validators: Sequence[nn.Module], x: torch.Tens
     "method": ...}."""
     if method not in ("random", "bo"):
         raise UserError(f"path search must be random or bo, not {method!r}")
+    # "sgm": SGM's `form: equation` at γ = 0.5 (every branch decayed), the point of this space nearest SGM
     refs = {"plain": ((1.0,) * 3, (1.0,) * 3), "sgm": ((0.5,) * 3, (1.0,) * 3), "skipconv": ((1.0,) * 3, (0.5,) * 3)}
     scored: list[dict[str, Any]] = []
     cache: dict[tuple, float] = {}

@@ -1,35 +1,65 @@
-"""SGM, the skip gradient method (Wu et al. 2020): MI-FGSM on surrogates whose residual-branch
-gradients are scaled by γ in the backward pass (∂z_{i+1}/∂z_i = 1 + γ·∂f_i/∂z_i), so more of the
-gradient flows through the skip connections."""
+"""SGM, the skip gradient method (Wu et al. 2020): MI-FGSM on surrogates whose backward pass decays
+the gradient through the residual branches, so more of it flows through the skip connections.
+
+``form: authors`` (the default) computes what the authors' code computes
+(csdongxian/skip-connections-matter ``utils_sgm.py``, copied into TransferAttack
+``transferattack/model_related/sgm.py`` and torchattack's ``SGM``): the gradient is scaled at
+the ReLUs of every residual block except the first block of each stage, and normalised at each
+block's output (:class:`~advtransfer.attacks.surgery.SkipGradientAtReLUs`). ``form: equation``
+is version 1 of this attack: the paper's equation ∂z_{i+1}/∂z_i = 1 + γ·∂f_i/∂z_i applied to
+every residual branch, the first block of a stage included
+(:class:`~advtransfer.attacks.surgery.SkipGradient`).
+"""
 from __future__ import annotations
 
 from ..errors import UserError
 from .base import register_attack
 from .iterative import IterativeAttack
-from .surgery import SkipGradient, applied
+from .surgery import SkipGradient, SkipGradientAtReLUs, applied
+
+#: backward-path forms: the authors' code, or the paper's equation (version 1)
+FORMS = ("authors", "equation")
 
 
-@register_attack("sgm", kind="gradient", version=1)
+@register_attack("sgm", kind="gradient", version=2)
 class SGM(IterativeAttack):
-    """Parameters: ``gamma`` (γ = 0.5: the paper's setting for DenseNet; it used 0.2 on ResNet-152,
-    whose 50 residual blocks decay the gradient far more than ResNet-20's 9), ``momentum`` (1.0).
-    Models without residual blocks in a surrogate set are attacked unchanged; a set with none is a
-    UserError. The decay follows the paper's equation (a hook on each residual branch's output);
-    the authors' public code scales the gradient at every ReLU of a block by √γ instead, which also
-    touches the ReLU after the addition. Cost: T per model."""
+    """Parameters: ``gamma`` (γ = 0.2: the authors' setting for ResNets under iterative attacks,
+    TransferAttack's and torchattack's default; the paper used 0.5 for DenseNets), ``form``
+    (``authors``: as the authors' code, see the module docstring; ``equation``: every residual
+    branch decayed by γ, version 1, whose default γ was 0.5: ``{form: equation, gamma: 0.5}``
+    reproduces version-1 cells), ``momentum`` (1.0, TransferAttack's ``decay=1.``).
+
+    With ``form: authors`` the decay is γ over the ReLUs of a block's branch: γ at the one ReLU
+    of a basic block, √γ at each of the two of a bottleneck or a harness inverted residual
+    (``gamma = np.power(gamma, 0.5)`` for ResNet-50/101/152); the first block of every stage
+    (``'0.relu' not in name``: ``layerK.0`` of a ResNet, ``net.layers.0/3/6`` of a harness
+    ResNet-20, a MobileNet's first block and its blocks that change width or stride) is not
+    decayed. The per-block normalisation (``backward_hook_norm``) is per sample here (the authors
+    divide by ``torch.std`` of the whole batch); it rescales each image's gradient by a positive
+    number and so does not change the attack. timm transformer blocks, which the authors' code
+    does not cover, get the paper's branch decay in both forms. Models without residual blocks
+    in a surrogate set are attacked unchanged; a set with none (or, with ``form: authors``, with
+    only first-of-stage blocks) is a UserError. Cost: T per model."""
 
     hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "gamma": 0.5}
+    extra_defaults = {**IterativeAttack.extra_defaults, "gamma": 0.2, "form": "authors"}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
         g = float(extra["gamma"])
         if not 0 < g <= 1:
             raise UserError(f"attack 'sgm': gamma must be in (0, 1], got {extra['gamma']!r}")
+        if extra["form"] not in FORMS:
+            raise UserError(f"attack 'sgm': form must be one of {', '.join(FORMS)}, got {extra['form']!r}")
         return extra
 
+    def surgery(self):
+        """The backward-path change this attack applies (by ``form``)."""
+        g = float(self.extra["gamma"])
+        return SkipGradientAtReLUs(g) if self.extra["form"] == "authors" else SkipGradient(g)
+
     def perturb(self, S, x, y, index):
-        with applied(SkipGradient(float(self.extra["gamma"])), S.models):
+        with applied(self.surgery(), S.models):
             return super().perturb(S, x, y, index)
