@@ -2,7 +2,7 @@
 #   make grid ATTACK=mifgsm [GRID=cifar10|grids/x.yaml]   train the zoo if needed, run the grid, plot
 #                                     (without ATTACK: every attack the grid file lists)
 #   make test                                             the whole test suite (what CI runs)
-#   make zoo [SIZE=cpu]   make plot RUN=results/cifar10   make bench
+#   make zoo [SIZE=cpu|converged|ci|full]   make plot RUN=results/cifar10   make bench
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 PYTHON ?= python3
@@ -47,6 +47,7 @@ plot: $(STAMP)
 	$(BIN)/advtransfer plot $(RUN)
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_train.py
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_blackbox.py

@@ -31,7 +31,8 @@ examples:
   advtransfer distortion results/cifar10         minimal distortion, HopSkipJump, union, FiT, SAT
 
 environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
-default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, full), ADVTRANSFER_DEVICE.
+default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, converged, full), ADVTRANSFER_DEVICE,
+ADVTRANSFER_SHIPPED_ZOO (the shipped weights' folder; none turns them off).
 """
 
 
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("grid", nargs="?", default="cifar10", help="grid name under grids/ or a YAML path (default: cifar10)")
     g.add_argument("--attack", help="run only this attack (comma-separated; any registry attack)")
     g.add_argument("--out", help="run folder (default: results/<grid name>/)")
-    g.add_argument("--size", help="override the grid's zoo size (ci, cpu, full)")
+    g.add_argument("--size", help="override the grid's zoo size (ci, cpu, converged, full)")
     g.add_argument("-n", type=int, help="override the number of images")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     g.add_argument("--no-report", action="store_true", help="do not write RUN/report (comparisons, tables, report.html)")
@@ -82,12 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("zoo", help="train or list the model zoo (surrogates/*.yaml, victims/*.yaml)")
     zs = z.add_subparsers(dest="zoo_cmd", metavar="ZOO_COMMAND")
     zt = zs.add_parser("train", help="train the named models (default: all) that are missing or stale")
-    zt.add_argument("names", nargs="*", help="model names (default: every zoo entry)")
-    zt.add_argument("--size", help="ci, cpu (default) or full")
+    zt.add_argument("names", nargs="*", help="model names (default: every zoo entry with a recipe at the size)")
+    zt.add_argument("--size", help="ci, cpu (default), converged or full")
+    zt.add_argument("--retrain", action="store_true",
+                    help="train into the cache even when shipped or cached (and say whether the weights "
+                         "reproduce the shipped checksum)")
     _common(zt)
     zl = zs.add_parser("list", help="list zoo entries with architecture, family and training state")
-    zl.add_argument("--size", help="ci, cpu (default) or full")
+    zl.add_argument("--size", help="ci, cpu (default), converged or full")
     zl.add_argument("--cache-dir")
+    zl.add_argument("--shipped", action="store_true",
+                    help="a Markdown table of the models shipped at the size (the README's zoo table)")
+    zp = zs.add_parser("ship", help="copy trained models from the cache into the project's zoo/<size>/ "
+                                    "(for maintainers: the weights a fresh clone uses)")
+    zp.add_argument("names", nargs="+", help="trained model names")
+    zp.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
+    zp.add_argument("--cache-dir")
 
     p = sub.add_parser("plot", help="draw transfer-matrix heatmaps of a run folder into RUN_DIR/figures/")
     p.add_argument("run_dir")
@@ -112,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "backward-path attacks' layer parameter) with output shapes")
     la.add_argument("model", help="zoo model name (see advtransfer zoo list)")
     la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
+    la.add_argument("--size", help="zoo size whose network to list (sizes may build different networks; "
+                                   "default: $ADVTRANSFER_SIZE or cpu)")
     add_compare_parser(sub)
     add_report_parser(sub)
     add_distortion_parser(sub)
@@ -234,15 +247,34 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if args.zoo_cmd == "train":
         device = _setup_env(args)
         size = args.size or default_size()
-        # by default every entry the harness trains; pretrained (open_clip, timm) entries load when named
-        names = args.names or [n for n, s in zoo.load_specs().items() if s.pretrained is None]
+        # by default every entry the harness trains that has a recipe at this size; pretrained
+        # (open_clip, timm) entries load when named
+        names = args.names or [n for n, s in zoo.load_specs().items()
+                               if s.pretrained is None and (s.defence is not None or size in s.recipe.get("sizes", {}))]
+        for n in names:  # every name checked before anything trains
+            zoo.get_spec(n).identity(size)
+        if args.retrain:
+            return _retrain(names, size, args, device)
         cards = zoo.ensure_trained(names, size, args.cache_dir, args.data_dir, device, not args.no_progress)
         for c in cards:
             acc = "acc   n/a" if c.get("clean_acc") is None else f"acc {c['clean_acc']:.3f}"
             print(f"{c['name']:16s} {c['arch']:10s} {c['family']:9s} {acc}  {c['train_s']:.0f} s")
         return 0
+    if args.zoo_cmd == "ship":
+        from .models.ship import ship
+
+        size = args.size or default_size()
+        for n in args.names:
+            card = ship(n, size, args.cache_dir)
+            print(f"{n:16s} shipped to zoo/{size}/: acc {card['clean_acc']:.4f}, sha256 {card['sha256'][:16]}")
+        return 0
     if args.zoo_cmd == "list":
         size = args.size or default_size()
+        if args.shipped:
+            from .models.ship import shipped_table
+
+            print(shipped_table(size))
+            return 0
         for name, spec in zoo.load_specs().items():
             card = zoo.read_card(name, size, args.cache_dir)
             state = "missing"
@@ -251,11 +283,37 @@ def cmd_zoo(args: argparse.Namespace) -> int:
                 state = f"pretrained {tag}: " + ("loaded" if card is not None and card.get("recipe_hash") == spec.recipe_hash(size)
                                                  else "not loaded yet (needs internet or a weights file)")
             elif card is not None:
-                state = (f"acc {card['clean_acc']:.3f}" if card.get("recipe_hash") == spec.recipe_hash(size)
-                         else "stale (recipe changed)")
+                from .models.store import shipped_hash
+
+                current = card.get("recipe_hash") == spec.recipe_hash(size)
+                state = f"acc {card['clean_acc']:.3f}" if current else "stale (recipe changed)"
+                if current and shipped_hash(name, size) == card.get("recipe_hash"):
+                    state += " (shipped)"
             print(f"{name:16s} {spec.arch:10s} {spec.family:9s} {spec.kind:8s} {size}: {state}")
         return 0
     raise UserError("zoo needs a subcommand: train or list (see advtransfer zoo --help)")
+
+
+def _retrain(names: list[str], size: str, args: argparse.Namespace, device: str) -> int:
+    """``zoo train --retrain``: train each model afresh into the cache and compare its weights'
+    sha256 with the shipped card's (bit-identical on a machine of the same kind and thread count)."""
+    import json
+
+    from .models import zoo
+    from .models.store import shipped_paths
+
+    for n in names:
+        card = zoo.train_spec(zoo.get_spec(n), size, args.cache_dir, args.data_dir, device, not args.no_progress)
+        shipped = shipped_paths(n, size)
+        verdict = "nothing shipped to compare"
+        if shipped is not None:
+            ref = json.loads(shipped[1].read_text())
+            same = ref.get("sha256") == card["sha256"]
+            verdict = ("reproduces the shipped sha256" if same else
+                       f"differs from the shipped sha256 {ref.get('sha256', '?')[:16]} (shipped: {ref.get('provenance')}; "
+                       f"clean acc {ref.get('clean_acc')})")
+        print(f"{n:16s} acc {card['clean_acc']:.4f}  {card['train_s']:.0f} s  sha256 {card['sha256'][:16]}: {verdict}")
+    return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -338,14 +396,18 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
         model = build_pretrained(spec, "cpu")
     else:
-        model = spec.build()  # shapes and names do not depend on the weights: nothing is trained
+        from .config import default_size
+
+        size = args.size or default_size()
+        spec.identity(size)  # an unknown size or one the entry lacks: one line before anything is built
+        model = spec.build(size)  # shapes and names do not depend on the weights: nothing is trained
     model.eval()
     infos = list_layers(model)
     auto = resolve_layer(model, "auto", model_name=args.model) if any(li.candidate for li in infos) else None
     pen = resolve_layer(model, "penultimate", model_name=args.model)
     shown = [li for li in infos if args.all or li.candidate or li.name == pen]
     width = max(len(li.name) for li in shown)
-    print(f"{args.model} ({spec.arch}): {'every module' if args.all else 'block chain'}; "
+    print(f"{args.model} ({spec.arch if spec.pretrained is not None else spec.arch_at(size)[0]}): {'every module' if args.all else 'block chain'}; "
           f"layer names as the attacks' layer parameter takes them")
     for li in shown:
         mark = "  <- auto" if li.name == auto else ("  <- penultimate (its input)" if li.name == pen else "")

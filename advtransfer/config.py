@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SIZES = ("ci", "cpu", "full")
+SIZES = ("ci", "cpu", "converged", "full")
 #: who runs a grid's cells (advtransfer.executors): here, in worker processes, or as Slurm jobs
 EXECUTORS = ("serial", "local", "submitit")
 
@@ -17,6 +17,18 @@ def cache_dir(override: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "advtransfer"
+
+
+def shipped_zoo_dir() -> Path | None:
+    """Folder of the weights shipped with the project (``<size>/<name>.safetensors`` and cards):
+    $ADVTRANSFER_SHIPPED_ZOO (``none`` turns it off), else ``zoo/`` of the checkout or the
+    installed package (see :mod:`advtransfer.resources`)."""
+    env = os.environ.get("ADVTRANSFER_SHIPPED_ZOO")
+    if env is not None:
+        return None if env.strip().lower() in ("", "none") else Path(env).expanduser()
+    from .resources import shipped_zoo_root
+
+    return shipped_zoo_root()
 
 
 def default_size() -> str:

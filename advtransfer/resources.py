@@ -1,9 +1,9 @@
-"""Where the harness finds its shipped files: the grids (``grids/``) and the model catalogues
-(``surrogates/``, ``victims/``), and where runs go by default.
+"""Where the harness finds its shipped files: the grids (``grids/``), the model catalogues
+(``surrogates/``, ``victims/``), the shipped weights (``zoo/``), and where runs go by default.
 
 In a source checkout (the package sits beside ``pyproject.toml`` and the top-level folders) the
 top-level folders are used, so edits to them take effect at once. From an installed wheel the
-copies packaged as ``advtransfer/_data/{grids,surrogates,victims}`` are used (pyproject maps the
+copies packaged as ``advtransfer/_data/{grids,surrogates,victims,zoo}`` are used (pyproject maps the
 top-level folders there; nothing is duplicated in the repository).
 """
 from __future__ import annotations
@@ -43,3 +43,9 @@ def results_dir() -> Path:
     current working directory (an installed package has no folder of its own to write to)."""
     root = source_root()
     return root / "results" if root is not None else Path.cwd() / "results"
+
+
+def shipped_zoo_root() -> Path:
+    """Folder of the weights and cards shipped with the project: ``zoo/<size>/`` (the converged
+    zoo, trained once and committed so that a fresh clone attacks it at once)."""
+    return data_root() / "zoo"

@@ -197,12 +197,18 @@ def test_report_md_html_tex(tmp_path):
     # densenet_b: (5 - 6)/150 = -0.7 points, p = 1, Holm 1: no significant difference
     assert "on densenet_b (surrogate ens3, ε 8/255): \u22120.7 points [" in md
     assert "McNemar p = 1, Holm 1: no significant difference" in md
+    # the verdict opens the report: over the two held-out victims cwa is better on one (resnet_a,
+    # Holm 0.0044) and level on the other (densenet_b); median of +12.5 and -0.7 = +5.9
+    assert md.index("## Verdict") < md.index("## Configuration") < md.index("## Comparisons")
+    assert ("cwa vs its baseline at equal gradient evaluations (surrogate ens3, ε 8/255): significantly better on 1, "
+            "worse on 0, no significant difference on 1 of 2 held-out victims; median difference +5.9 points.") in md
+    assert "<h2>Verdict</h2>" in html
     # the report computed and wrote the comparisons it needed
     assert (run / "comparisons.parquet").is_file()
     # ASR with Wilson interval: cwa on resnet_a 80/160 -> 50.0 [42.3, 57.7]
     assert "50.0 [42.3, 57.7]" in md and "<table>" in html and "<h2>Comparisons</h2>" in html
     tex = sorted(p.name for p in (run / "report" / "tables").glob("*.tex"))
-    assert {"configuration.tex", "models.tex", "comparisons.tex", "compute.tex"} <= set(tex)
+    assert {"verdict.tex", "configuration.tex", "models.tex", "comparisons.tex", "compute.tex"} <= set(tex)
     assert any(t.startswith("asr_cwa") for t in tex)
     ctex = (run / "report" / "tables" / "comparisons.tex").read_text()
     assert "\\toprule" in ctex and "base\\_evals[cwa]" in ctex

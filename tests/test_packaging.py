@@ -34,6 +34,11 @@ def test_pyproject_lists_every_package_and_maps_the_data_folders():
         assert pkg in listed and cfg["package-dir"][pkg] == folder
         assert cfg["package-data"][pkg] == ["*.yaml"] and list((REPO / folder).glob("*.yaml"))
         assert not list((REPO / folder).glob("*.yml"))  # would be left out of the wheel
+    # the shipped weights and cards (zoo/<size>/) go into the wheel with their README
+    assert cfg["package-dir"]["advtransfer._data.zoo"] == "zoo"
+    globs = cfg["package-data"]["advtransfer._data.zoo"]
+    shipped = {p.relative_to(REPO / "zoo").as_posix() for p in (REPO / "zoo").rglob("*") if p.is_file()}
+    assert shipped and all(any(Path(f).match(g) for g in globs) for f in shipped), shipped
 
 
 @pytest.mark.slow

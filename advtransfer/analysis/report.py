@@ -228,6 +228,42 @@ def section_comparisons(ctx: ReportContext) -> Section:
     return Section("Comparisons", blocks, "comparisons")
 
 
+def section_verdict(ctx: ReportContext) -> Section | None:
+    """The run's answer first: each attack against its matched baseline over the held-out victims
+    (victims outside the row's surrogates), counted by Holm-adjusted verdict. None without comparisons."""
+    cmp = ctx.comparisons
+    if cmp is None or cmp.empty:
+        return None
+    res = ctx.results
+    sur = "surrogate_base" if "surrogate_base" in res.columns else "surrogate"
+    white = set()
+    if "is_whitebox" in res.columns:
+        wb = res[res["is_whitebox"].astype(bool)]
+        white = set(zip(wb[sur].astype(str), wb["victim"].astype(str)))
+    held = cmp[[(str(s), str(v)) not in white for s, v in zip(cmp["surrogate"], cmp["victim"])]]
+    if held.empty:
+        return None
+    rows, lines = [], []
+    for (a, b, match, eps, s), g in held.groupby(["a_label", "b_label", "match", "eps_str", "surrogate"], sort=True):
+        better, worse = int((g["verdict"] == "a_better").sum()), int((g["verdict"] == "b_better").sum())
+        d = 100 * g["diff"]
+        how = MATCH_TEXT.get(match, b) if a != b else b
+        rows.append([str(a), str(how), str(s), str(eps), str(len(g)), str(better), str(worse),
+                     str(len(g) - better - worse), f"{_signed(d.median())} [{_signed(d.min())}, {_signed(d.max())}]"])
+        lines.append(f"{a} vs {how} (surrogate {s}, ε {eps}): significantly better on {better}, worse on {worse}, "
+                     f"no significant difference on {len(g) - better - worse} of {len(g)} held-out victims; "
+                     f"median difference {_signed(d.median())} points.")
+    return Section("Verdict", [
+        "Each attack against its matched baseline on the same surrogates, images and held-out victims (victims "
+        "outside the surrogate set): on how many victims A is significantly better or worse (exact McNemar, Holm "
+        "over all comparisons of the run, 0.05), and the spread of the differences in points. The comparisons "
+        "section below has every pair with its interval.",
+        Raw("\n".join(f"- {ln}" for ln in lines),
+            "<ul>\n" + "\n".join(f"<li>{_html_escape(ln)}</li>" for ln in lines) + "\n</ul>"),
+        Table(["attack", "against", "surrogate", "ε", "held-out victims", "A better", "B better", "no difference",
+               "diff pts, median [min, max]"], rows, "Verdict over held-out victims", tex="verdict")], "verdict")
+
+
 def section_compute(ctx: ReportContext) -> Section:
     df = ctx.results
     keys = [k for k in ("cell_id", "attack_label", "surrogate", "eps_str", "seed") if k in df.columns]
@@ -247,8 +283,10 @@ def section_compute(ctx: ReportContext) -> Section:
                "victims", "device"], rows, "Compute per cell", tex="compute")], "compute")
 
 
-CORE_SECTIONS: list[SectionFn] = [section_configuration, section_models, section_asr, section_figures,
-                                  section_comparisons, section_compute]
+#: the verdict (when the run has matched baselines) comes first: it is what a user who asked for an
+#: attack wants to know
+CORE_SECTIONS: list[SectionFn] = [section_verdict, section_configuration, section_models, section_asr,
+                                  section_figures, section_comparisons, section_compute]
 
 
 # --- rendering ----------------------------------------------------------------------------------------

@@ -203,6 +203,102 @@ def vit(num_classes: int = 10, patch_size: int = 4, embed_dim: int = 128, depth:
                              mlp_ratio=mlp_ratio, global_pool="avg", class_token=False)
 
 
+class _FrozenScaleBN(nn.BatchNorm2d):
+    """BatchNorm whose scale stays 1 (only the shift trains), eps 1e-12: airbench's ``BatchNorm``.
+    ``momentum`` is airbench's (the weight kept of the old running statistics): torch's is 1 − it."""
+
+    def __init__(self, num_features: int, momentum: float = 0.6) -> None:
+        super().__init__(num_features, eps=1e-12, momentum=1 - momentum)
+        self.weight.requires_grad_(False)
+
+
+class _DiracConv(nn.Conv2d):
+    """3×3 'same' convolution whose first ``in_channels`` filters start as the identity (airbench's
+    ``Conv``: ``torch.nn.init.dirac_`` on top of the default initialisation)."""
+
+    def __init__(self, cin: int, cout: int, kernel_size: int = 3, padding: int | str = "same",
+                 bias: bool = False) -> None:
+        super().__init__(cin, cout, kernel_size, padding=padding, bias=bias)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.bias is not None:
+            self.bias.data.zero_()
+        w = self.weight.data
+        torch.nn.init.dirac_(w[:w.size(1)])
+
+
+class _ConvGroup(nn.Module):
+    """conv → max-pool 2 → BN → GELU → conv → BN → GELU (airbench's ``ConvGroup``)."""
+
+    def __init__(self, cin: int, cout: int, bn_momentum: float) -> None:
+        super().__init__()
+        self.conv1 = _DiracConv(cin, cout)
+        self.pool = nn.MaxPool2d(2)
+        self.norm1 = _FrozenScaleBN(cout, bn_momentum)
+        self.conv2 = _DiracConv(cout, cout)
+        self.norm2 = _FrozenScaleBN(cout, bn_momentum)
+        self.activ = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.activ(self.norm1(self.pool(self.conv1(x))))
+        return self.activ(self.norm2(self.conv2(x)))
+
+
+class AirbenchNet(nn.Module):
+    """The plain-convolution net of airbench (Jordan 2024, ``KellerJordan/cifar10-airbench``,
+    ``make_net93``/``make_net94``): a frozen 2×2 patch-whitening convolution (24 filters: the
+    eigenvectors of the training patches' covariance and their negatives, set from data by
+    :meth:`init_whitening` before training) with a trainable bias, GELU, three conv groups,
+    3×3 max-pool, a bias-free linear head and a fixed output scale of 1/9.
+
+    Takes normalised images N×3×32×32. ``widths`` (64, 128, 128) is airbench93, (64, 256, 256)
+    airbench94.
+    """
+
+    def __init__(self, num_classes: int = 10, widths: Sequence[int] = (64, 128, 128),
+                 bn_momentum: float = 0.6, scale: float = 1 / 9) -> None:
+        super().__init__()
+        k = 2
+        self.whiten = _DiracConv(3, 2 * 3 * k * k, k, padding=0, bias=True)
+        self.whiten.weight.requires_grad_(False)
+        self.act = nn.GELU()
+        groups, cin = [], self.whiten.out_channels
+        for w in widths:
+            groups.append(_ConvGroup(cin, int(w), bn_momentum))
+            cin = int(w)
+        self.layers = nn.Sequential(*groups)
+        self.pool = nn.MaxPool2d(3)
+        self.fc = nn.Linear(cin, num_classes, bias=False)
+        self.scale = float(scale)
+
+    @torch.no_grad()
+    def init_whitening(self, x: torch.Tensor, eps: float = 5e-4) -> None:
+        """Set the whitening filters from normalised training images ``x`` (N×3×32×32; airbench
+        uses the first 5,000): every 2×2 patch, the eigen-decomposition of their covariance,
+        filters = eigenvectors / sqrt(eigenvalue + eps) and their negatives (``init_whitening_conv``)."""
+        c, (h, w) = x.shape[1], self.whiten.weight.shape[2:]
+        patches = x.float().unfold(2, h, 1).unfold(3, w, 1).transpose(1, 3).reshape(-1, c, h, w)
+        flat = patches.reshape(len(patches), -1)
+        cov = (flat.T @ flat) / len(flat)
+        evals, evecs = torch.linalg.eigh(cov, UPLO="U")
+        evals = evals.flip(0).view(-1, 1, 1, 1)
+        evecs = evecs.T.reshape(c * h * w, c, h, w).flip(0)
+        scaled = evecs / torch.sqrt(evals + eps)
+        self.whiten.weight.copy_(torch.cat((scaled, -scaled)).to(self.whiten.weight))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.act(self.whiten(x)))
+        return self.fc(torch.flatten(self.pool(x), 1)) * self.scale
+
+
+@ARCHS.register("airbench", family="cnn")
+def airbench(num_classes: int = 10, widths: Sequence[int] = (64, 128, 128), bn_momentum: float = 0.6,
+             scale: float = 1 / 9) -> nn.Module:
+    """airbench's VGG-style net (see :class:`AirbenchNet`; airbench93's widths by default, 1.0M parameters)."""
+    return AirbenchNet(num_classes, widths, bn_momentum, scale)
+
+
 class EnsembleNet(nn.Module):
     """Several networks of one architecture as one model: ``subnets`` map normalised images to
     logits; the output is log(mean softmax) over them (as DVERGE's evaluation combines its

@@ -35,7 +35,7 @@ def make_card(spec: ModelSpec, size: str, *, recipe: dict | None, members: Seque
     from ..utils import versions
 
     card = {
-        "card_version": CARD_VERSION, "name": name or spec.name, "arch": spec.arch, "arch_kwargs": spec.arch_kwargs,
+        "card_version": CARD_VERSION, "name": name or spec.name, "arch": spec.arch_at(size)[0], "arch_kwargs": spec.arch_at(size)[1],
         "family": spec.family, "kind": kind or spec.kind, "dataset": spec.dataset, "size": size,
         "recipe": recipe, "recipe_hash": spec.recipe_hash(size), "method_version": spec.method_version(),
         "members": list(members), "clean_acc": clean_acc,
@@ -56,7 +56,9 @@ def write_card(card: dict, cache: str | os.PathLike | None = None) -> None:
 
 def read_card(name: str, size: str | None = None, cache: str | os.PathLike | None = None) -> dict | None:
     """The JSON card of a trained model, or None if it is not trained (at this size)."""
-    path = card_path(name, size or default_size(), cache)
+    from .store import locate
+
+    path = locate(name, size or default_size(), cache)[1]
     if not path.is_file():
         return None
     try:

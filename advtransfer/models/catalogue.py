@@ -21,7 +21,7 @@ from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One zoo entry. ``recipe`` holds the training recipe with its ``sizes`` (ci/cpu/full)."""
+    """One zoo entry. ``recipe`` holds the training recipe with its ``sizes`` (ci/cpu/converged/full; a size may also name its own ``arch``)."""
 
     name: str
     arch: str
@@ -39,15 +39,31 @@ class ModelSpec:
     source: str = ""
 
     def resolved_recipe(self, size: str) -> dict:
-        """The recipe for one size: the shared keys updated with ``sizes[size]``."""
+        """The recipe for one size: the shared keys updated with ``sizes[size]`` (a size naming
+        another ``method`` than the shared one keeps only the shared ``seed``); the size's
+        ``arch``/``arch_kwargs`` are not training keys (see :meth:`arch_at`)."""
         if size not in SIZES:
             raise UserError(f"unknown zoo size {size!r}; use one of {', '.join(SIZES)}")
         base = {k: v for k, v in self.recipe.items() if k != "sizes"}
         sizes = self.recipe.get("sizes", {})
         if size not in sizes:
             raise UserError(f"model {self.name!r} ({self.source}) has no recipe for size {size!r}")
-        base.update(sizes[size])
+        own = sizes[size].get("method") if isinstance(sizes[size], dict) else None
+        if own is not None and own != base.get("method", "standard"):
+            # a size trained by another method: the shared keys are the shared method's
+            # hyper-parameters, so only the seed carries over
+            base = {k: v for k, v in base.items() if k == "seed"}
+        base.update({k: v for k, v in sizes[size].items() if k not in _SIZE_ARCH_KEYS})
         return base
+
+    def arch_at(self, size: str | None) -> tuple[str, dict]:
+        """``(arch, arch_kwargs)`` of the network at ``size``: a size may build another network of
+        the entry's family (``sizes: {converged: {arch: airbench, arch_kwargs: {...}}}``: the
+        converged zoo's VGG-style nets are airbench's); ``None`` or a size without one: the entry's."""
+        sz = (self.recipe.get("sizes") or {}).get(size) if size is not None else None
+        if not isinstance(sz, dict) or "arch" not in sz and "arch_kwargs" not in sz:
+            return self.arch, self.arch_kwargs
+        return sz.get("arch", self.arch), sz.get("arch_kwargs", {} if "arch" in sz else self.arch_kwargs)
 
     def data_variant(self, size: str):
         """The training-data variant of the recipe at ``size`` (:class:`advtransfer.variants.DataVariant`);
@@ -94,7 +110,8 @@ class ModelSpec:
         from ..config import train_threads
 
         recipe = self.resolved_recipe(size)
-        ident: dict[str, Any] = {"arch": self.arch, "arch_kwargs": self.arch_kwargs, "dataset": self.dataset,
+        arch, arch_kwargs = self.arch_at(size)
+        ident: dict[str, Any] = {"arch": arch, "arch_kwargs": arch_kwargs, "dataset": self.dataset,
                                  "num_classes": self.num_classes, "recipe": recipe,
                                  "threads": train_threads(recipe)}  # pinned in training: weights depend on it
         version = self.method_version()
@@ -118,16 +135,20 @@ class ModelSpec:
         """Short hash of :meth:`identity`: a cached model is valid while its card holds this hash."""
         return short_hash(self.identity(size))
 
-    def build(self) -> ImageClassifier:
-        """A freshly initialised network wrapped to take pixels in [0,1] (N×3×32×32), initialised
-        from the recipe's ``seed``; torch's global random state is left unchanged."""
+    def build(self, size: str | None = None) -> ImageClassifier:
+        """A freshly initialised network (the one built at ``size``, see :meth:`arch_at`) wrapped to
+        take pixels in [0,1] (N×3×32×32), initialised from the recipe's ``seed``; torch's global
+        random state is left unchanged."""
+        arch, arch_kwargs = self.arch_at(size)
         with seeded(int(self.recipe.get("seed", 0))):
-            net = build_arch(self.arch, num_classes=self.num_classes, **self.arch_kwargs)
-        cl = self.channels_last and not self.arch.startswith("vit")
+            net = build_arch(arch, num_classes=self.num_classes, **arch_kwargs)
+        cl = self.channels_last and not arch.startswith("vit")
         return ImageClassifier(net, CIFAR10_MEAN, CIFAR10_STD, channels_last=cl)
 
 
 _REQUIRED = ("name", "arch", "family", "recipe")
+#: keys of a size's recipe that choose the network rather than its training (see ModelSpec.arch_at)
+_SIZE_ARCH_KEYS = ("arch", "arch_kwargs")
 
 
 def _spec_from_entry(entry: Any, source: str) -> ModelSpec:

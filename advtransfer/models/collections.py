@@ -13,6 +13,7 @@ Predictions (``mean_logits``) use the mean over all members (SWAG: the mean weig
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -238,7 +239,7 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
             from ..training.base import bn_images
 
             bn_x = bn_images(load_dataset(spec.dataset, "train", data_dir), card["recipe"], n_bn)
-        module = SWAGCollection(spec.build, states["mean"], states["sqmean"], devs, scale, mode, per_step,
+        module = SWAGCollection(functools.partial(spec.build, size), states["mean"], states["sqmean"], devs, scale, mode, per_step,
                                 seed, bn_x, device)
         params.update(scale=scale, mode=mode, bn_images=n_bn)
     else:

@@ -21,7 +21,7 @@ from ..utils import sha256_file
 from .archs import ImageClassifier
 from .cards import make_card, read_card, write_card
 from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint
-from .store import States, read_states, save_states, verify_checksum, zoo_paths
+from .store import States, locate, read_states, save_states, shipped_hash, shipped_paths, verify_checksum, zoo_paths
 
 _EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
 
@@ -29,7 +29,7 @@ _EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
 def is_trained(spec: ModelSpec, size: str, cache: str | os.PathLike | None = None) -> bool:
     """Trained (or, for a pretrained entry, loaded once and carded) with the current recipe."""
     card = read_card(spec.name, size, cache)
-    weights, _ = zoo_paths(spec.name, size, cache)
+    weights, _ = locate(spec.name, size, cache)
     if spec.defence is not None:  # current while its base is the same trained model
         base = read_card(spec.base, size, cache)
         return (card is not None and base is not None and card.get("recipe_hash") == spec.recipe_hash(size)
@@ -43,7 +43,7 @@ def check_checkpoint(spec: ModelSpec, size: str, cache: str | os.PathLike | None
     UserError (checked before a run trains or writes anything: a corrupt checkpoint is refused,
     never loaded, and never silently retrained, which at full size could cost days)."""
     card = read_card(spec.name, size, cache) or {}
-    weights, _ = zoo_paths(spec.name, size, cache)
+    weights, _ = locate(spec.name, size, cache)
     if spec.pretrained is not None or not weights.is_file():
         return
     verify_checksum(weights, card.get("sha256"), spec.name)
@@ -67,6 +67,29 @@ def _eval_split(dataset: str, data_dir, variant=None):
     yv = variant.label_map()[y]
     keep = yv >= 0
     return x[keep], yv[keep]
+
+
+#: sizes whose cards also give clean accuracy on the whole test set (the literature's number;
+#: test images 1,000-9,999 of the offline copy are JPEG-rebuilt, see the data README)
+FULL_TEST_SIZES = ("converged", "full")
+
+
+def whole_test_accuracy(model: nn.Module, dataset: str = "cifar10", data_dir=None, device: str = "cpu") -> dict:
+    """Clean accuracy (fraction) of ``model`` on every test image, and on the bit-exact ones
+    (the offline copy's ``lossless`` flags) and the rest separately: ``{'all', 'lossless', 'rebuilt', 'n'}``."""
+    from ..data import load_dataset
+    from ..metrics import labels
+
+    test = load_dataset(dataset, "test", data_dir)
+    x, y, _ = test.tensors()
+    right = labels(model, x, 500, device) == y
+    out = {"all": float(right.double().mean()), "n": len(y)}
+    if test.lossless is not None:
+        keep = torch.from_numpy(test.lossless.astype(bool))
+        out.update(lossless=float(right[keep].double().mean()) if keep.any() else None,
+                   rebuilt=float(right[~keep].double().mean()) if (~keep).any() else None,
+                   n_lossless=int(keep.sum()))
+    return out
 
 
 def _eval_images_label(x: torch.Tensor, variant) -> str:
@@ -162,7 +185,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
         from ..variants import apply_variant
 
         train = apply_variant(train, variant, recipe.get("train_subset"))
-    net = spec.build()
+    net = spec.build(size)
     head_reset: list[str] = []
     if recipe.get("init_from"):
         ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
@@ -202,11 +225,15 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
             surrogate_params={"epoch": k, "epochs": int(recipe["epochs"]),
                               **{p: v for p, v in params.items() if p != "epochs"}}), cache)
         kept.append(k)
+    extra = {}
+    if size in FULL_TEST_SIZES and variant.is_default and list(out.states) == [""]:
+        net.load_state_dict(out.states[""])
+        extra["clean_acc_test"] = whole_test_accuracy(net.to(device), spec.dataset, data_dir, device)
     sha = save_states(zoo_paths(spec.name, size, cache)[0], out.states)
     card = make_card(spec, size, recipe=recipe, members=list(out.states), clean_acc=sum(accs.values()) / len(accs),
                      clean_acc_members=accs, clean_acc_images=images, train_s=train_s, sha256=sha,
                      n_params=n_params, device=device, surrogate_params=params, meta=out.meta,
-                     epochs_kept=sorted(kept), provenance=made_by, data=variant.describe(),
+                     epochs_kept=sorted(kept), provenance=made_by, data=variant.describe(), **extra,
                      **({"init_from": recipe["init_from"], "head_reinitialised": head_reset}
                         if recipe.get("init_from") else {}))
     write_card(card, cache)
@@ -247,7 +274,14 @@ def ensure_trained(names: Iterable[str], size: str | None = None, cache: str | o
             log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on test 0-999 "
                 f"(base {spec.base}: {card['base_clean_acc']:.3f})")
         elif not is_trained(spec, size, cache):
-            log(f"training {name} ({spec.arch}, size {size}) ...")
+            stale = shipped_hash(name, size)
+            if stale == spec.recipe_hash(size):  # shipped and current, but its weights file is gone
+                raise UserError(f"shipped model {name!r} lacks its weights {shipped_paths(name, size)[0]}; "
+                                f"restore it from the repository (git checkout -- zoo/)")
+            if stale is not None:  # shipped, but the catalogue's recipe has changed since
+                log(f"{name}: the shipped weights ({shipped_paths(name, size)[0].parent}) were trained with "
+                    f"another recipe (hash {stale}, catalogue {spec.recipe_hash(size)}); training it afresh into the cache")
+            log(f"training {name} ({spec.arch_at(size)[0]}, size {size}) ...")
             card = train_spec(spec, size, cache, data_dir, device, progress)
             log(f"  {name}: clean accuracy {card['clean_acc']:.3f} on {card.get('clean_acc_images') or 'test 0-999'}, "
                 f"{card['train_s']:.0f} s")
@@ -262,7 +296,7 @@ def load_states(name: str, size: str | None = None, cache: str | os.PathLike | N
     spec = get_spec(name)
     if spec.defence is not None:
         raise UserError(f"model {name!r} is a defence around {spec.base!r} and has no weights of its own")
-    weights, _ = zoo_paths(name, size, cache)
+    weights, _ = locate(name, size, cache)
     card = read_card(name, size, cache)
     if card is None or not weights.is_file():
         raise UserError(f"model {name!r} is not trained at size {size!r}; run `advtransfer zoo train {name}`")
@@ -272,14 +306,15 @@ def load_states(name: str, size: str | None = None, cache: str | os.PathLike | N
     return spec, card, read_states(weights, card.get("sha256"), card.get("members", [""]), name)
 
 
-def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = "") -> ImageClassifier:
-    """Build ``spec``'s network and load ``state`` into it (eval mode, gradients off for weights)."""
-    net = spec.build()
+def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = "",
+                size: str | None = None) -> ImageClassifier:
+    """Build ``spec``'s network at ``size`` and load ``state`` into it (eval mode, gradients off for weights)."""
+    net = spec.build(size)
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).splitlines()[0]
-        raise UserError(f"checkpoint {where or spec.name} does not fit architecture {spec.arch!r} "
+        raise UserError(f"checkpoint {where or spec.name} does not fit architecture {spec.arch_at(size)[0]!r} "
                         f"({first}); it is foreign or stale: delete it and retrain") from None
     net.eval()
     for p in net.parameters():
@@ -309,9 +344,10 @@ def load_model(name: str, size: str | None = None, cache: str | os.PathLike | No
         from .defences import Defended, resolve
 
         return Defended(load_model(spec.base, size, cache, device), resolve(spec.defence, spec.source)).eval()
+    size = size or default_size()
     spec, _card, states = load_states(name, size, cache)
     member = next(iter(states))
-    return instantiate(spec, states[member], name).to(device)
+    return instantiate(spec, states[member], name, size).to(device)
 
 
 def load_members(name: str, size: str | None = None, cache: str | os.PathLike | None = None,
@@ -320,5 +356,6 @@ def load_members(name: str, size: str | None = None, cache: str | os.PathLike | 
     spec = get_spec(name)
     if spec.pretrained is not None or spec.defence is not None:
         return [load_model(name, size, cache, device)]
+    size = size or default_size()
     spec, _card, states = load_states(name, size, cache)
-    return [instantiate(spec, sd, f"{name}[{m}]").to(device) for m, sd in states.items()]
+    return [instantiate(spec, sd, f"{name}[{m}]", size).to(device) for m, sd in states.items()]

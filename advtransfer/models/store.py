@@ -2,7 +2,8 @@
 written (safetensors, atomically) and read back (only after checking the card's sha256).
 
 Cache layout: ``$ADVTRANSFER_CACHE/zoo/<size>/<name>.safetensors`` and ``<name>.json`` (the card,
-see :mod:`.cards`). A single model is stored flat; a collection (several weight sets) stores each
+see :mod:`.cards`). The project ships some models in the same layout under ``zoo/`` (read-only:
+:func:`locate` prefers a shipped model while its recipe is current; training writes to the cache). A single model is stored flat; a collection (several weight sets) stores each
 tensor as ``<member>/<key>``.
 """
 from __future__ import annotations
@@ -24,6 +25,49 @@ def zoo_paths(name: str, size: str, cache: str | os.PathLike | None = None) -> t
     """(weights file, card file) of model ``name`` at ``size`` in the cache (``None``: the default cache)."""
     root = cache_dir(cache) / "zoo" / size
     return root / f"{name}.safetensors", root / f"{name}.json"
+
+
+def shipped_paths(name: str, size: str) -> tuple[Path, Path] | None:
+    """(weights file, card file) of ``name`` at ``size`` among the weights shipped with the
+    project (:func:`advtransfer.config.shipped_zoo_dir`), or None when none are shipped."""
+    from ..config import shipped_zoo_dir
+
+    root = shipped_zoo_dir()
+    if root is None or not (root / size / f"{name}.json").is_file():
+        return None
+    return root / size / f"{name}.safetensors", root / size / f"{name}.json"
+
+
+def shipped_hash(name: str, size: str) -> str | None:
+    """The recipe hash on the shipped card of ``name`` at ``size`` (None: not shipped)."""
+    import json
+
+    paths = shipped_paths(name, size)
+    if paths is None:
+        return None
+    try:
+        return json.loads(paths[1].read_text()).get("recipe_hash")
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"shipped model card {paths[1]} is corrupt; restore it from the repository "
+                        f"(git checkout -- {paths[1].parent.name}/{paths[1].name})") from None
+
+
+def locate(name: str, size: str, cache: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """(weights file, card file) that hold model ``name`` at ``size``: the shipped copy while its
+    card's recipe hash is the catalogue's (a shipped model is the canonical one: results cite its
+    checksum), else the cache (where training writes)."""
+    shipped = shipped_paths(name, size)
+    if shipped is not None:
+        from .catalogue import get_spec, split_checkpoint
+
+        try:
+            spec = get_spec(name)
+        except UserError:
+            spec = None
+        if (spec is not None and split_checkpoint(name)[1] is None and spec.pretrained is None
+                and spec.defence is None and shipped_hash(name, size) == spec.recipe_hash(size)):
+            return shipped
+    return zoo_paths(name, size, cache)
 
 
 def weights_path(name: str, size: str, cache: str | os.PathLike | None = None) -> Path:
@@ -66,6 +110,10 @@ def save_states(path: Path, states: States) -> str:
 def verify_checksum(path: Path, expected: str | None, name: str) -> None:
     """UserError unless the file at ``path`` has sha256 ``expected`` (the card's)."""
     if sha256_file(path) != expected:
+        shipped = shipped_paths(name, path.parent.name)
+        if shipped is not None and shipped[0] == path:
+            raise UserError(f"shipped weights {path} do not match their card's sha256 (corrupt or replaced); "
+                            f"restore them from the repository (git checkout -- zoo/)")
         raise UserError(f"checkpoint {path} does not match its card's sha256 (corrupt or replaced); "
                         f"delete it and run `advtransfer zoo train {name}`")
 

@@ -13,6 +13,7 @@ Training leaves torch's global random state as it found it.
 """
 from .base import TRAINERS, TrainOutput, method_version, register_method, train_from_recipe
 from . import standard  # noqa: F401  (registers 'standard' and 'fgsm_at')
+from . import fast  # noqa: F401  (airbench's fast-training techniques: the converged zoo)
 from . import csgld, lgv, sam, swag  # noqa: F401  (surrogate-training methods)
 from . import dverge, ensemble_at, pgd_at, pubdef, trades  # noqa: F401  (trained defences)
 from . import shot  # noqa: F401  (source-free domain adaptation)

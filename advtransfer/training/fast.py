@@ -1,0 +1,187 @@
+"""Fast CIFAR-10 training: the techniques of airbench (Jordan 2024, arXiv 2404.00498; code
+``KellerJordan/cifar10-airbench``, ``airbench/utils.py``), written for the harness's networks.
+
+What it computes follows the authors' ``train()`` line by line, with these parts each switchable
+from the recipe so that one net can be ablated:
+
+- **decoupled hyper-parameters** (``lr`` and ``weight_decay`` per 1,024 examples): the loss is the
+  *sum* over the batch; torch's SGD gets ``lr / (1024·(1 + 1/(1 − momentum)))`` and weight decay
+  ``weight_decay · batch / (1024·(1 + 1/(1 − momentum)))`` divided by each group's lr (so the decay
+  follows the schedule but not the lr); Nesterov momentum;
+- **BatchNorm biases at a scaled learning rate** (``bias_scaler``, 64: the same decay);
+- **label smoothing** (``label_smoothing``, 0.2);
+- **schedule**: linear warm-up from 0.2× to 1× over ``warmup`` (0.23) of the steps, then linear
+  decay to ``lr_end`` (0.07)×;
+- **lookahead** (``lookahead: true``): every 5 steps the weights (and every float buffer:
+  BatchNorm statistics) move to an exponential average with decay 0.95⁵·(step/total)³, and the
+  network continues from it; the final weights are that average;
+- **patch whitening**: a network with ``init_whitening`` (:class:`~advtransfer.models.archs.AirbenchNet`)
+  gets its first layer from the first 5,000 training images of the subset, and that layer's bias
+  trains for the first ``whiten_bias_epochs`` (3) epochs only;
+- **augmentation** ``augment: [flip, translate]``: every image flipped with p = 0.5 once, then
+  *alternating flip* (all images mirrored on every odd epoch: ``flip: alternate``, or a fresh
+  flip per image each epoch: ``flip: random``), and a random translation of up to ``translate``
+  (2) pixels with reflection padding, drawn per image each epoch;
+- a large batch (``batch_size``, 1024), the last partial batch dropped; ``epochs`` may be
+  fractional (the authors' 9.9): training stops after ⌈steps per epoch × epochs⌉ steps.
+
+Not taken from airbench: half precision (a CPU trains in fp32), test-time augmentation (a victim
+that averages over flips and shifts is a defence and would have to be declared one), and the
+data loader's order of random draws (ours come from one generator seeded by the recipe's
+``seed``, so the same recipe gives the same weights on any machine with the same thread count).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..data import Split
+from ..errors import UserError
+from .base import TrainOutput, register_method, training_subset
+
+_WHITEN_IMAGES = 5000
+_LOOKAHEAD_EVERY = 5
+
+
+def _translate(padded: torch.Tensor, size: int, r: int, gen: torch.Generator) -> torch.Tensor:
+    """A random crop of ``size`` from each reflection-padded image (shift in [−r, r] per axis,
+    drawn per image: airbench's ``batch_crop``)."""
+    n = len(padded)
+    shifts = torch.randint(-r, r + 1, (n, 2), generator=gen)
+    out = torch.empty((n, padded.shape[1], size, size), dtype=padded.dtype)
+    for sy in range(-r, r + 1):
+        for sx in range(-r, r + 1):
+            mask = (shifts[:, 0] == sy) & (shifts[:, 1] == sx)
+            if mask.any():
+                out[mask] = padded[mask, :, r + sy:r + sy + size, r + sx:r + sx + size]
+    return out
+
+
+def _lr_factor(step: int, total: int, warmup: float, lr_end: float) -> float:
+    """airbench's schedule: 0.2 → 1 linearly over the first ``warmup`` of the steps, then 1 → ``lr_end``."""
+    w = int(total * warmup)
+    if step < w:
+        f = step / w
+        return 0.2 * (1 - f) + f
+    f = (step - w) / max(1, total - w)
+    return (1 - f) + lr_end * f
+
+
+class _Lookahead:
+    """airbench's ``LookaheadState``: an average of every float tensor of the state dict."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.avg = {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, net: nn.Module, decay: float) -> None:
+        for (k, avg), cur in zip(self.avg.items(), net.state_dict().values()):
+            if cur.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                avg.lerp_(cur, 1 - decay)
+                cur.copy_(avg)
+
+
+def _param_groups(net: nn.Module, lr: float, wd: float, bias_scaler: float) -> list[dict]:
+    """BatchNorm biases at ``lr·bias_scaler``, every other trainable tensor at ``lr``; both with the
+    same decoupled decay ``wd`` (torch multiplies weight_decay by the group's lr)."""
+    bn_bias = {id(m.bias) for m in net.modules()
+               if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.bias is not None}
+    biases = [p for p in net.parameters() if id(p) in bn_bias and p.requires_grad]
+    other = [p for p in net.parameters() if id(p) not in bn_bias]  # requires_grad may change (whitening bias)
+    lr_b = lr * bias_scaler
+    return [dict(params=biases, lr=lr_b, weight_decay=wd / lr_b, base_lr=lr_b),
+            dict(params=other, lr=lr, weight_decay=wd / lr, base_lr=lr)]
+
+
+@register_method("fast", version=1)
+def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
+               progress: bool = True) -> TrainOutput:
+    """Train ``net`` (an ImageClassifier: pixels in [0,1], N×3×32×32) with airbench's techniques
+    (see the module docstring for each recipe key and its default)."""
+    gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
+    idx = training_subset(data, recipe)
+    bs = int(recipe.get("batch_size", 1024))
+    epochs = float(recipe["epochs"])
+    momentum = float(recipe.get("momentum", 0.85))
+    ls = float(recipe.get("label_smoothing", 0.2))
+    aug = list(recipe.get("augment", ["flip", "translate"]))
+    unknown = set(aug) - {"flip", "translate"}
+    if unknown:
+        raise UserError(f"method fast: unknown augmentation {sorted(unknown)}; use flip and/or translate")
+    flip_mode = recipe.get("flip", "alternate")
+    if flip_mode not in ("alternate", "random"):
+        raise UserError(f"method fast: flip must be alternate or random, got {flip_mode!r}")
+    r = int(recipe.get("translate", 2)) if "translate" in aug else 0
+    steps_per_epoch = len(idx) // bs
+    if steps_per_epoch < 1 or epochs <= 0:
+        raise UserError(f"method fast: {len(idx)} images make no full batch of {bs} (or epochs <= 0)")
+    total = math.ceil(steps_per_epoch * epochs)
+
+    kilostep = 1024 * (1 + 1 / (1 - momentum))
+    lr = float(recipe.get("lr", 11.5)) / kilostep
+    wd = float(recipe.get("weight_decay", 0.0153)) * bs / kilostep
+    groups = _param_groups(net, lr, wd, float(recipe.get("bias_scaler", 64.0)))
+    opt = torch.optim.SGD(groups, momentum=momentum, nesterov=True)
+    warmup, lr_end = float(recipe.get("warmup", 0.23)), float(recipe.get("lr_end", 0.07))
+
+    x_all, y_all, _ = data.tensors(idx)  # pixels in [0,1]; the model normalises inside
+    inner = getattr(net, "net", net)
+    whiten = hasattr(inner, "init_whitening")
+    if whiten:
+        z = (x_all[:_WHITEN_IMAGES] - net.mean) / net.std
+        inner.init_whitening(z)
+    whiten_bias_epochs = int(recipe.get("whiten_bias_epochs", 3))
+    if "flip" in aug:  # one random flip per image, then the whole set mirrored every other epoch
+        flip = torch.rand(len(x_all), generator=gen) < 0.5
+        x_all = torch.where(flip.view(-1, 1, 1, 1), x_all.flip(3), x_all)
+    padded = F.pad(x_all, (r,) * 4, mode="reflect") if r else None
+
+    net.to(device).train()
+    ahead = _Lookahead(net) if recipe.get("lookahead", True) else None
+    alphas = 0.95 ** 5 * (torch.arange(total + 1) / total) ** 3
+    bar = tqdm(total=total, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
+               leave=False, mininterval=1.0)
+    step, loss_ema = 0, None
+    for epoch in range(math.ceil(epochs)):
+        if whiten:
+            inner.whiten.bias.requires_grad_(epoch < whiten_bias_epochs)
+        images = _translate(padded, x_all.shape[-1], r, gen) if r else x_all
+        if "flip" in aug:
+            if flip_mode == "alternate":
+                images = images.flip(3) if epoch % 2 == 1 else images
+            else:
+                f = torch.rand(len(images), generator=gen) < 0.5
+                images = torch.where(f.view(-1, 1, 1, 1), images.flip(3), images)
+        perm = torch.randperm(len(images), generator=gen)
+        for i in range(steps_per_epoch):
+            b = perm[i * bs:(i + 1) * bs]
+            x, y = images[b].to(device), y_all[b].to(device)
+            factor = _lr_factor(step, total, warmup, lr_end)
+            for grp in opt.param_groups:
+                grp["lr"] = grp["base_lr"] * factor
+            loss = F.cross_entropy(net(x), y, label_smoothing=ls, reduction="sum")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            if ahead is not None and step % _LOOKAHEAD_EVERY == 0:
+                ahead.update(net, float(alphas[step]))
+            lv = loss.item() / len(b)
+            loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
+            if step >= total:
+                break
+        if step >= total:
+            break
+    if ahead is not None:
+        ahead.update(net, 1.0)
+    bar.close()
+    net.eval()
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    return TrainOutput({"": state}, {"steps": step, "final_train_loss": loss_ema,
+                                     "surrogate_params": {"epochs": epochs}})
