@@ -249,8 +249,15 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         size = args.size or default_size()
         # by default every entry the harness trains that has a recipe at this size; pretrained
         # (open_clip, timm) entries load when named
-        names = args.names or [n for n, s in zoo.load_specs().items()
-                               if s.pretrained is None and (s.defence is not None or size in s.recipe.get("sizes", {}))]
+        specs = zoo.load_specs()
+
+        def has_size(s) -> bool:  # a defended entry is trained at a size its base has
+            if s.defence is not None:
+                base = specs.get(zoo.split_checkpoint(s.base)[0].split("@")[0])
+                return base is not None and has_size(base)
+            return s.pretrained is None and size in s.recipe.get("sizes", {})
+
+        names = args.names or [n for n, s in specs.items() if has_size(s)]
         for n in names:  # every name checked before anything trains
             zoo.get_spec(n).identity(size)
         if args.retrain:
