@@ -222,6 +222,19 @@ class SkipGradient(Surgery):
         return len(sites), [h.remove for h in handles]
 
 
+
+def _start_layer(model: nn.Module, start: str | Callable[[nn.Module], str]) -> tuple[str, int, dict[str, int]]:
+    """LinBP's start layer resolved on ``model``: its name, its position in ``named_modules()`` order,
+    and every module name's position (a one-line UserError naming close matches if it is unknown)."""
+    name = start(model) if callable(start) else start
+    names = [n for n, _ in model.named_modules()]
+    if name not in names:
+        from ..registry import suggest
+
+        raise UserError("linbp: " + suggest(name, names, "layer"))
+    return name, names.index(name), {n: k for k, n in enumerate(names)}
+
+
 class LinearBackward(Surgery):
     """LinBP: the ReLUs registered at or after module ``start`` (a name from
     ``model.named_modules()``) keep their forward value and pass gradients unchanged (as the identity)."""
@@ -232,14 +245,7 @@ class LinearBackward(Surgery):
         self.start = start
 
     def attach(self, model: nn.Module) -> tuple[int, list[Callable[[], None]]]:
-        start = self.start(model) if callable(self.start) else self.start
-        names = [n for n, _ in model.named_modules()]
-        if start not in names:
-            from ..registry import suggest
-
-            raise UserError("linbp: " + suggest(start, names, "layer"))
-        first = names.index(start)
-        order = {n: k for k, n in enumerate(names)}
+        _, first, order = _start_layer(model, self.start)
         sites = [(n, m) for n, m in relu_modules(model) if order[n] >= first]
         undo: list[Callable[[], None]] = []
         for _, m in sites:
@@ -399,14 +405,7 @@ class LinearBackwardRenorm(Surgery):
         self.start = start
 
     def attach(self, model: nn.Module) -> tuple[int, list[Callable[[], None]]]:
-        start = self.start(model) if callable(self.start) else self.start
-        names = [n for n, _ in model.named_modules()]
-        if start not in names:
-            from ..registry import suggest
-
-            raise UserError("linbp: " + suggest(start, names, "layer"))
-        first = names.index(start)
-        order = {n: k for k, n in enumerate(names)}
+        start, first, order = _start_layer(model, self.start)
         blocks = [b for b in residual_blocks(model) if b.skip]
         in_scope = [b for b in blocks if order[b.name] >= first or start.startswith(b.name + ".")]
         handles: list[Any] = []
