@@ -1,0 +1,310 @@
+"""The seeds' headline claims as one table, recomputed from run folders.
+
+A claims file (``claims/cifar10.yaml``) lists claims; each names the grid whose run measures it and
+one paired comparison in that run:
+
+- ``by: attack``: attack ``a`` against ``b`` on the same surrogate rows, where ``b`` is an attack
+  label or ``matched:step`` / ``matched:evals`` (the grid's MI-FGSM baseline matched to ``a`` in
+  steps, or in gradient evaluations per image); ``a: matched:...`` claims the baseline beats ``b``;
+- ``by: surrogate``: surrogate ``a`` against surrogate ``b`` (``surrogate_base`` names) under one
+  attack label; replicate k of one is paired with replicate k of the other;
+- ``by: victim``: victim ``a`` resists the same adversarial images better than victim ``b`` (the
+  difference is ASR on ``b`` − ASR on ``a``), under one attack label (or every attack of the run);
+  victim replicates ``a@rk`` and ``b@rk`` are paired.
+
+For one zoo size the claim's run is ``RUNS/<size>/<grid name>/`` (``advtransfer grid GRID --size
+SIZE --out ...``). Pairs are (victim, replicate, image) triples whose image the victim classifies
+correctly in both rows, over the held-out victims (not among the surrogate's models) at the
+claim's ε. The difference (A − B, in ASR points) is pooled over (victim, replicate) strata with the
+exact stratified test of :func:`~advtransfer.analysis.stats.compare_paired`; its 95% interval is a
+percentile bootstrap that resamples images, so each image's outcomes on all victims and
+replicates stay together (the victims see the same images, so they are not independent). Holm's
+adjustment runs over the claims of one size. The replicate range is the smallest and largest
+pooled difference of one replicate alone.
+
+Verdict of a claim "A is better than B" at one size:
+
+- **holds**: Holm-adjusted p < 0.05, the difference is positive, and every replicate's difference
+  is positive;
+- **does not hold**: Holm-adjusted p < 0.05 with a negative difference, or the interval's upper
+  end below the claim's ``min_gain`` (default 1 point: no gain as large as that is left);
+- **cannot tell**: otherwise (the interval, or the replicates, straddle the line).
+
+Nothing here crafts or trains: every number comes from ``results.parquet`` and ``samples/``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..config import SIZES
+from ..errors import UserError
+from ..utils import parse_fraction
+from .compare import Samples, paired_outcomes, read_results
+from .stats import compare_paired, holm
+
+ALPHA = 0.05
+BY = ("attack", "surrogate", "victim")
+_KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "surrogates", "victims",
+         "paper_number", "min_gain", "id")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: "``a`` transfers better than ``b``" in the run of ``grid``."""
+
+    id: str
+    claim: str
+    paper: str
+    setting: str
+    grid: str
+    by: str
+    a: str
+    b: str
+    eps: float
+    eps_str: str
+    attack: str | None = None
+    surrogates: tuple[str, ...] | None = None
+    victims: tuple[str, ...] | None = None
+    paper_number: str | None = None
+    min_gain: float = 0.01
+
+
+@dataclass(frozen=True)
+class ClaimsSpec:
+    """A claims file: its name, the zoo sizes compared side by side, and the claims."""
+
+    name: str
+    sizes: tuple[str, ...]
+    claims: tuple[Claim, ...] = field(default_factory=tuple)
+
+    def grid_names(self) -> list[str]:
+        """The grids whose runs the table reads, in first-use order."""
+        return list(dict.fromkeys(c.grid for c in self.claims))
+
+
+def load_claims(path: str | Path) -> ClaimsSpec:
+    """Parse and check a claims file (``yaml.safe_load``); a bad entry is one :class:`UserError`
+    line naming the claim and the key."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"claims file {str(path)!r} does not exist; pass e.g. claims/cifar10.yaml")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("claims"), list) or not raw["claims"]:
+        raise UserError(f"{p}: needs a mapping with a non-empty `claims:` list")
+    sizes = raw.get("sizes", ["converged", "cpu"])
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(s, str) for s in sizes):
+        raise UserError(f"{p}: `sizes` must be a list of zoo sizes, e.g. [converged, cpu]")
+    for s in sizes:
+        if s not in SIZES:
+            raise UserError(f"{p}: unknown zoo size {s!r}; sizes: {', '.join(SIZES)}")
+    claims, seen = [], set()
+    for k, e in enumerate(raw["claims"]):
+        where = f"{p}: claim {k + 1}"
+        if not isinstance(e, dict):
+            raise UserError(f"{where} must be a mapping")
+        cid = str(e.get("id", "")).strip()
+        where = f"{p}: claim {cid or k + 1}"
+        unknown = sorted(set(e) - set(_KEYS))
+        if unknown:
+            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; keys: {', '.join(_KEYS)}")
+        for key in ("id", "claim", "paper", "grid", "by", "a", "b", "eps"):
+            if not e.get(key):
+                raise UserError(f"{where}: `{key}` is required")
+        if cid in seen:
+            raise UserError(f"{where}: the id is used twice")
+        seen.add(cid)
+        if e["by"] not in BY:
+            raise UserError(f"{where}: `by` must be attack, surrogate or victim, got {e['by']!r}")
+        if e["by"] == "surrogate" and not e.get("attack"):
+            raise UserError(f"{where}: a surrogate claim names the attack label it compares under (`attack:`)")
+        try:
+            eps = parse_fraction(e["eps"], "eps")
+        except (UserError, ValueError):
+            raise UserError(f"{where}: eps must be a fraction like 8/255, got {e['eps']!r}") from None
+        gain = e.get("min_gain", 0.01)
+        if not isinstance(gain, (int, float)) or not 0 <= gain < 1:
+            raise UserError(f"{where}: min_gain is a rate in [0, 1), e.g. 0.01 for one point; got {gain!r}")
+        tup = lambda v: None if v is None else tuple(str(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
+        claims.append(Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
+                            grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
+                            eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
+                            victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
+                            min_gain=float(gain)))
+    return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims))
+
+
+def _at_eps(df: pd.DataFrame, eps: float) -> pd.DataFrame:
+    return df[np.isclose(df["eps"].astype(float), eps, rtol=0, atol=1e-9)]
+
+
+def _victim_base(name: str) -> tuple[str, int]:
+    base, _, rep = str(name).partition("@r")
+    return base, int(rep) if rep.isdigit() else 0
+
+
+def _rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The A rows and the B rows of ``claim`` in one run's results (held-out victims only) and the
+    columns that pair them."""
+    df = _at_eps(df, claim.eps)
+    df = df[~df["is_whitebox"].astype(bool)]
+    if claim.by == "victim":
+        df = df[df["attack_label"] == claim.attack] if claim.attack else df
+        parts = df["victim"].map(_victim_base)
+        df = df.assign(victim_base=[p[0] for p in parts], victim_rep=[p[1] for p in parts])
+        a, b = df[df["victim_base"] == claim.a], df[df["victim_base"] == claim.b]
+        return a, b, ["cell_id", "victim_rep"]
+    if claim.victims is not None:
+        df = df[df["victim"].isin(claim.victims)]
+    if claim.by == "attack":
+        if claim.surrogates is not None:
+            df = df[df["surrogate_base"].isin(claim.surrogates)]
+        keys = ["victim", "replicate", "seed", "surrogate_base"]
+        if claim.a.startswith("matched:"):  # "the baseline beats b": the same pairs, sides swapped
+            b, a, _ = _rows(df, replace(claim, a=claim.b, b=claim.a, victims=None, surrogates=None))
+            return a, b, keys
+        a = df[(df["attack_label"] == claim.a) & (df["baseline_for"] == "")]
+        if claim.b.startswith("matched:"):
+            match = claim.b.split(":", 1)[1]
+            fors = df["baseline_for"].str.split(",")
+            b = df[(df["match"] == match) & fors.apply(lambda f: claim.a in f)]
+        else:
+            b = df[df["attack_label"] == claim.b]
+        return a, b, keys
+    df = df[df["attack_label"] == claim.attack]
+    a, b = df[df["surrogate_base"] == claim.a], df[df["surrogate_base"] == claim.b]
+    return a, b, ["victim", "replicate", "seed"]
+
+
+def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str, Any]:
+    """The pooled paired comparison of ``claim`` in one run folder (rates in [0, 1]); raises a
+    one-line :class:`UserError` when the run lacks the rows the claim needs."""
+    df = read_results(run_dir)
+    a, b, keys = _rows(df, claim)
+    what = f"claim {claim.id!r}: {run_dir}"
+    if a.empty or b.empty:
+        side = claim.a if a.empty else claim.b
+        raise UserError(f"{what} has no held-out rows of {side!r} at eps {claim.eps_str}; "
+                        f"run the claim's grid ({claim.grid}) into this folder")
+    m = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    if m.empty:
+        raise UserError(f"{what}: rows of {claim.a!r} and {claim.b!r} share no ({', '.join(keys)})")
+    by_victim = claim.by == "victim"
+    samples = Samples(run_dir)
+    sa, sb, strata, cluster, reps = [], [], [], [], []
+    labels: dict[tuple, int] = {}
+    for _, r in m.iterrows():
+        cell_a, cell_b = (r["cell_id"], r["cell_id"]) if by_victim else (r["cell_id_a"], r["cell_id_b"])
+        idx, xa, xb = paired_outcomes(samples.get(cell_a, r["victim_a" if by_victim else "victim"]),
+                                      samples.get(cell_b, r["victim_b" if by_victim else "victim"]))
+        if by_victim:  # "a resists better": A's success is the image fooling b, B's fooling a
+            xa, xb = xb, xa
+        s = labels.setdefault(tuple(r[k] for k in keys), len(labels))
+        sa.append(xa)
+        sb.append(xb)
+        strata.append(np.full(idx.shape, s))
+        cluster.append(idx)
+        reps.append(np.full(idx.shape, int(r["victim_rep"] if by_victim else r["replicate"])))
+    cat = np.concatenate
+    sa, sb, strata, cluster, reps = cat(sa), cat(sb), cat(strata), cat(cluster), cat(reps)
+    res = compare_paired(sa, sb, strata=strata, cluster=cluster, method="bootstrap", seed=seed)
+    per_rep = []
+    for k in np.unique(reps):
+        sel = reps == k
+        per_rep.append(compare_paired(sa[sel], sb[sel], strata=strata[sel], method="newcombe").diff)
+    return {
+        "n_pairs": res.n_pairs, "asr_a": res.asr_a, "asr_b": res.asr_b, "diff": res.diff,
+        "ci_low": res.diff_ci_low, "ci_high": res.diff_ci_high, "p": res.p_mcnemar,
+        "n_victims": int(m["victim_a" if by_victim else "victim"].nunique()), "n_replicates": len(per_rep),
+        "rep_min": float(min(per_rep)), "rep_max": float(max(per_rep)),
+        "grad_evals_a": float(m["grad_evals_a"].mean()), "grad_evals_b": float(m["grad_evals_b"].mean()),
+    }
+
+
+def claim_verdict(r: dict[str, Any], min_gain: float) -> str:
+    """holds / does not hold / cannot tell (see the module docstring); '' without a result."""
+    if not r or math.isnan(r.get("diff", math.nan)):
+        return ""
+    sig = r["p_holm"] < ALPHA
+    if sig and r["diff"] > 0 and r["rep_min"] > 0:
+        return "holds"
+    if (sig and r["diff"] < 0) or r["ci_high"] < min_gain:
+        return "does not hold"
+    return "cannot tell"
+
+
+def grid_name(grid: str) -> str:
+    """The ``name:`` of a grid file (its run folder's name), without validating the rest."""
+    import yaml
+
+    from ..grid import resolve_grid_path
+
+    path = resolve_grid_path(grid)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return str(raw.get("name") or path.stem) if isinstance(raw, dict) else path.stem
+
+
+def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFrame:
+    """One row per claim; for each size its pooled difference, interval, Holm-adjusted p,
+    replicate range, verdict and gradient evaluations per image of each side, read from
+    ``runs/<size>/<grid name>/``. A size whose run folder is missing leaves its columns empty and
+    says so in ``<size>_note``."""
+    grid_names = {g: grid_name(g) for g in spec.grid_names()}
+    rows: list[dict[str, Any]] = [{"id": c.id, "claim": c.claim, "paper": c.paper, "setting": c.setting,
+                                   "paper_number": c.paper_number or "", "eps": c.eps_str} for c in spec.claims]
+    for size in spec.sizes:
+        results: list[dict[str, Any]] = []
+        for c in spec.claims:
+            run = Path(runs) / size / grid_names[c.grid]
+            if not (run / "results.parquet").is_file():
+                results.append({"note": f"not run: advtransfer grid {c.grid} --size {size} --out {run}"})
+                continue
+            results.append(evaluate_claim(c, run, seed))
+        ps = np.array([r.get("p", np.nan) for r in results], dtype=float)
+        for r, p in zip(results, holm(ps)):
+            if "p" in r:
+                r["p_holm"] = float(p)
+        for row, c, r in zip(rows, spec.claims, results):
+            for k, v in r.items():
+                row[f"{size}_{k}"] = v
+            row[f"{size}_verdict"] = claim_verdict(r, c.min_gain)
+    return pd.DataFrame(rows)
+
+
+def _pts(v: float) -> str:
+    return f"{100 * v:+.1f}"
+
+
+def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
+    """The claims table as Markdown: per size "diff [interval] (p_holm; replicates lo..hi) verdict"
+    in points, with gradient evaluations per image A/B."""
+    head = ["claim", "paper, setting", "paper's number"] + [f"{s} zoo" for s in sizes]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in df.iterrows():
+        cells = [r["claim"], f"{r['paper']}; {r['setting']}".strip("; "), r["paper_number"] or "n/a"]
+        for s in sizes:
+            if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
+                cells.append(str(r.get(f"{s}_note", "")))
+                continue
+            reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
+                    if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
+            cells.append(f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
+                         f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {r[f'{s}_p_holm']:.2g}{reps}; "
+                         f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
+                         f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
+                         f"{r[f'{s}_grad_evals_b']:.0f}")
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
