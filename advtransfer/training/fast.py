@@ -17,7 +17,8 @@ from the recipe so that one net can be ablated:
   network continues from it; the final weights are that average;
 - **patch whitening**: a network with ``init_whitening`` (:class:`~advtransfer.models.archs.AirbenchNet`)
   gets its first layer from the first 5,000 training images of the subset, and that layer's bias
-  trains for the first ``whiten_bias_epochs`` (3) epochs only;
+  trains for the first ``whiten_bias_epochs`` (3) epochs only (``whiten: false``, for an ablation:
+  the layer keeps its random initialisation and trains with the rest);
 - **augmentation** ``augment: [flip, translate]``: every image flipped with p = 0.5 once, then
   *alternating flip* (all images mirrored on every odd epoch: ``flip: alternate``, or a fresh
   flip per image each epoch: ``flip: random``), and a random translation of up to ``translate``
@@ -121,6 +122,10 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         raise UserError(f"method fast: {len(idx)} images make no full batch of {bs} (or epochs <= 0)")
     total = math.ceil(steps_per_epoch * epochs)
 
+    inner = getattr(net, "net", net)
+    whiten = hasattr(inner, "init_whitening") and bool(recipe.get("whiten", True))
+    if hasattr(inner, "init_whitening") and not whiten:  # ablation: a trained first layer from its random init
+        inner.whiten.weight.requires_grad_(True)
     kilostep = 1024 * (1 + 1 / (1 - momentum))
     lr = float(recipe.get("lr", 11.5)) / kilostep
     wd = float(recipe.get("weight_decay", 0.0153)) * bs / kilostep
@@ -129,8 +134,6 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     warmup, lr_end = float(recipe.get("warmup", 0.23)), float(recipe.get("lr_end", 0.07))
 
     x_all, y_all, _ = data.tensors(idx)  # pixels in [0,1]; the model normalises inside
-    inner = getattr(net, "net", net)
-    whiten = hasattr(inner, "init_whitening")
     if whiten:
         z = (x_all[:_WHITEN_IMAGES] - net.mean) / net.std
         inner.init_whitening(z)
