@@ -24,6 +24,10 @@ ARCHS = {  # name: (registered arch, kwargs) as the converged catalogue builds t
     "mobilenet": ("mobilenet", {"width": 12}),
     "densenet": ("densenet", {"growth": 12, "blocks": [3, 3, 3]}),
     "vit": ("vit", {"embed_dim": 128, "depth": 4, "num_heads": 4}),
+    # candidates for the converged zoo's mobile, dense and attention slots
+    "mobilenet24": ("mobilenet", {"width": 24}),
+    "densenet40": ("densenet", {"growth": 12, "blocks": [6, 6, 6]}),
+    "cct": ("cct", {}),
 }
 
 
@@ -47,7 +51,7 @@ def _variant(arch: str, kwargs: dict, mode: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--archs", default="airbench,resnet20,mobilenet,densenet,vit")
+    ap.add_argument("--archs", default=",".join(ARCHS))
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)

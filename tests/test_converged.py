@@ -229,3 +229,22 @@ def test_readme_zoo_table_is_the_shipped_cards():
     assert table.startswith("| model |")
     assert table in (REPO / "README.md").read_text(), (
         "README's converged-zoo table is out of date: paste `advtransfer zoo list --size converged --shipped`")
+
+
+def test_compact_transformer_is_cct_4_3x2_and_attackable():
+    """The attention slot's candidate: CCT-4/3x2's shape (the paper: 0.47M parameters), 64 tokens
+    from a two-layer convolutional tokenizer, timm blocks that the transformer-branch hooks find
+    (two per block), in the attention family, and differentiable end to end in [0,1] pixels."""
+    from advtransfer.attacks.surgery import transformer_branch_ends
+    from advtransfer.models.archs import ARCHS, ImageClassifier, build_arch
+
+    torch.manual_seed(0)
+    net = ImageClassifier(build_arch("cct"), channels_last=True).eval()
+    n_params = sum(p.numel() for p in net.parameters())
+    assert 0.45e6 < n_params < 0.5e6, n_params
+    assert net.net.pos_embed.shape == (1, 64, 128)
+    assert len(transformer_branch_ends(net)) == 8
+    assert ARCHS.tags("cct")["family"] == "vit"
+    x = torch.rand(3, 3, 32, 32, requires_grad=True)
+    net(x).logsumexp(1).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
