@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from advtransfer.errors import UserError
-from advtransfer.models.ship import accuracy_line, line_accuracy
+from advtransfer.models.ship import ROBUST_LINE, accuracy_line, line_accuracy
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "zoo"
@@ -203,6 +203,8 @@ def test_shipped_zoo_is_complete_current_and_checksummed():
         assert abs(t["original_est"] - (t["all"] + 0.9 * (t["lossless"] - t["lossless_jpeg"]))) < 1e-9, (name, t)
         line = accuracy_line(card)
         assert line is not None and line_accuracy(card) >= line - LINE_SLACK, (name, line, t)
+        if card["family"] == "defended":  # the adversarially trained victim: PGD-20 at 8/255 too
+            assert card["robust_acc_pgd20"] >= ROBUST_LINE - LINE_SLACK, (name, card["robust_acc_pgd20"])
     assert total < 100 * 2 ** 20
 
 
@@ -248,3 +250,14 @@ def test_compact_transformer_is_cct_4_3x2_and_attackable():
     x = torch.rand(3, 3, 32, 32, requires_grad=True)
     net(x).logsumexp(1).sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_robust_accuracy_is_the_white_box_pgd20_accuracy(trained):
+    """The defended card's PGD-20 figure: a standardly trained ci ResNet-20 keeps almost no image
+    under PGD-20 at 8/255 (white-box success near 1), and at eps 1/255 it keeps more than that."""
+    from advtransfer.models.ship import robust_accuracy
+
+    model = trained("resnet20_a")
+    strong = robust_accuracy(model, n=200)
+    weak = robust_accuracy(model, n=200, eps=1 / 255, steps=5, alpha=0.5 / 255)
+    assert strong <= 0.05 and weak > strong, (strong, weak)

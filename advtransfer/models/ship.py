@@ -42,6 +42,10 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
         from .loading import load_model, whole_test_accuracy
 
         card["clean_acc_test"] = whole_test_accuracy(load_model(name, size, cache), spec.dataset)
+    if spec.family == "defended" and "robust_acc_pgd20" not in card and spec.label_set() == "cifar10":
+        from .loading import load_model
+
+        card["robust_acc_pgd20"] = robust_accuracy(load_model(name, size, cache))
     dest = root / size
     dest.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest / f"{name}.safetensors") as tmp:
@@ -51,6 +55,25 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
     atomic_write_text(dest / f"{name}.json", json.dumps(card, indent=2, default=float) + "\n")
     return card
 
+
+def robust_accuracy(model, n: int = 1000, eps: float = 8 / 255, steps: int = 20, alpha: float = 2 / 255) -> float:
+    """Accuracy (fraction) of ``model`` on CIFAR-10 test images 0..n-1 under the harness's white-box
+    ``pgd`` (L∞ ``eps``, ``steps`` steps of ``alpha``, one random start): the adversarially trained
+    victim's line is 38% at PGD-20, 8/255."""
+    import torch
+
+    from ..attacks import SurrogateSet, create_attack
+    from ..data import eval_subset, load_cifar10
+
+    x, y, idx = eval_subset(load_cifar10("test"), n)
+    model.eval()
+    xa = create_attack("pgd", eps=eps, steps=steps, alpha=alpha)(SurrogateSet(model), x, y, idx)
+    with torch.no_grad():
+        return float((model(xa).argmax(1) == y).double().mean())
+
+
+#: the adversarially trained victim's robust-accuracy line (PGD-20, 8/255)
+ROBUST_LINE = 0.38
 
 #: clean-accuracy lines of the converged zoo per family, without test-time augmentation (the
 #: literature's CIFAR-10 models sit at 92-95%: pytorch-cifar-models' ResNet-20 92.6%, VGG-16-BN 94.2%)
@@ -102,6 +125,10 @@ def shipped_table(size: str) -> str:
         else:
             gap = 100 * (line_accuracy(c) - line)
             verdict = f"{100 * line:.0f}%: " + ("held" if gap >= 0 else f"{-gap:.1f} short")
+        if c.get("robust_acc_pgd20") is not None:
+            rob = c["robust_acc_pgd20"]
+            verdict += (f"; PGD-20 {100 * rob:.1f}% (line {100 * ROBUST_LINE:.0f}%: "
+                        + ("held)" if rob >= ROBUST_LINE else f"{100 * (ROBUST_LINE - rob):.1f} short)"))
         rows.append(f"| `{c['name']}` | {arch} | {c['family']} | {c['n_params']:,} | {100 * c['clean_acc']:.1f}% | "
                     f"{pct(t.get('all'))} | {pct(t.get('original_est'))} | {verdict} | "
                     f"{c['train_s'] / 60:.0f} min | `{c['sha256'][:12]}` |")
