@@ -14,6 +14,7 @@ from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_com
 from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage, cmd_whitebox_match
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .analysis.cli_golden import add_golden_parser, cmd_golden
+from .config import ENVIRONMENT
 from .errors import UserError
 from .executors import CellsFailed
 
@@ -30,10 +31,8 @@ examples:
   advtransfer golden results/ci --check          paired check against results/baselines/ci
   advtransfer distortion results/cifar10         minimal distortion, HopSkipJump, union, FiT, SAT
 
-environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
-default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, converged, full), ADVTRANSFER_DEVICE,
-ADVTRANSFER_SHIPPED_ZOO (the shipped weights' folder; none turns them off).
-"""
+environment:
+""" + "\n".join(f"  {name:24s} {what}" for name, what in ENVIRONMENT.items()) + "\n"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
