@@ -36,9 +36,8 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def check_precision(precision: str, device: str) -> None:
-    """Refuse a precision this device cannot run (one clear line)."""
-    if precision not in PRECISIONS:
-        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    """Refuse a precision this device cannot run (one clear line). Whether ``precision`` is one of
+    :data:`PRECISIONS` is :meth:`advtransfer.grid.GridSpec.validate`'s check."""
     if precision == "fp16" and not str(device).startswith("cuda"):
         raise UserError("precision fp16 needs a CUDA device (float16 autocast is a GPU feature); "
                         "use --precision bf16 on a CPU, or fp32")

@@ -14,6 +14,7 @@ from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_com
 from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage, cmd_whitebox_match
 from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
 from .analysis.cli_golden import add_golden_parser, cmd_golden
+from .config import ENVIRONMENT
 from .errors import UserError
 from .executors import CellsFailed
 
@@ -30,10 +31,8 @@ examples:
   advtransfer golden results/ci --check          paired check against results/baselines/ci
   advtransfer distortion results/cifar10         minimal distortion, HopSkipJump, union, FiT, SAT
 
-environment: ADVTRANSFER_DATA (CIFAR-10 npz folder), ADVTRANSFER_CACHE (trained models,
-default ~/.cache/advtransfer), ADVTRANSFER_SIZE (zoo size: ci, cpu, converged, full), ADVTRANSFER_DEVICE,
-ADVTRANSFER_SHIPPED_ZOO (the shipped weights' folder; none turns them off).
-"""
+environment:
+""" + "\n".join(f"  {name:24s} {what}" for name, what in ENVIRONMENT.items()) + "\n"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -149,54 +148,18 @@ def _setup_env(args: argparse.Namespace) -> str:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    import torch
-
     from .grid import load_grid
     from .plots import plot_run
     from .runner import run_grid
 
     device = _setup_env(args)
-    spec = load_grid(args.grid, args.attack)
-    if args.size:
-        from .config import SIZES
-
-        if args.size not in SIZES:
-            raise UserError(f"--size {args.size!r} is not a zoo size; use one of {', '.join(SIZES)}")
-        spec.size = args.size
-    if args.n is not None:
-        if args.n <= 0:
-            raise UserError(f"-n must be positive, got {args.n}")
-        spec.n = args.n
-    from .accel import COMPILE_MODES, check_precision
-    from .executors import check_executor, load_profile
-    from .validate import preflight
-
-    if args.precision is not None:
-        spec.precision = args.precision
-    check_precision(spec.precision, device)
-    if args.compile is not None:
-        if args.compile not in COMPILE_MODES:
-            raise UserError(f"--compile must be one of {', '.join(COMPILE_MODES)}, not {args.compile!r}")
-        spec.compile = args.compile
-
-    executor = args.executor or spec.executor
-    workers = args.workers if args.workers is not None else spec.workers
-    check_executor(executor, workers)
-    if executor == "submitit":
-        load_profile(args.profile)
-        try:
-            import submitit  # noqa: F401
-        except ImportError:
-            raise UserError("the submitit executor needs submitit: pip install 'advtransfer[slurm]'") from None
-    elif args.profile:
-        raise UserError(f"--profile is read by the submitit executor only, not by {executor!r}; "
-                        "add --executor submitit or drop --profile")
-    preflight(spec, args.out, device, args.data_dir, args.cache_dir)  # before any training or writing
+    spec = load_grid(args.grid, args.attack).with_overrides(
+        size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
+        workers=args.workers)
     if args.dry_run:
-        return _print_plan(spec, args)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+        return _print_plan(spec, args, device)
     run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress,
-                       executor=executor, workers=workers, profile=args.profile)
+                       profile=args.profile)  # runs the preflight before any training or writing
     print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
     print(f"adversarial examples: {run_dir / 'adv'}/")
     if not args.no_plot:
@@ -211,10 +174,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_plan(spec, args: argparse.Namespace) -> int:
+def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
     from .runner import plan_grid
 
-    plan = plan_grid(spec, args.out, args.cache_dir)
+    plan = plan_grid(spec, args.out, args.cache_dir, args.data_dir, device, args.profile)
     cells = plan["cells"]
     print(f"dry run: grid {spec.name} ({spec.source}) into {plan['run_dir']}/; nothing was trained or written")
     print(f"models to train (size {spec.size}): {', '.join(plan['train']) if plan['train'] else 'none (all cached)'}")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import cache_dir
+from .config import cache_dir, data_dir_setting, imagenet_image_size, imagenet_root
 from .errors import UserError
 
 CIFAR10_CLASSES = (
@@ -55,7 +55,7 @@ class Split:
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
     """The CIFAR-10 npz folder to use: the argument, else $ADVTRANSFER_DATA, else None."""
-    chosen = data_dir or os.environ.get("ADVTRANSFER_DATA")
+    chosen = data_dir or data_dir_setting()
     if not chosen:
         return None
     path = Path(chosen).expanduser()
@@ -227,7 +227,7 @@ def load_imagenet(split: str = "val", data_dir: str | os.PathLike | None = None)
     """ImageNet (or any 1000-class image folder) from ``$ADVTRANSFER_IMAGENET`` (or ``data_dir``
     if it has a ``<split>/`` folder): ``<root>/<split>/`` in the layout of :func:`load_image_folder`;
     images squared to ``$ADVTRANSFER_IMAGE_SIZE`` (default 256: the models crop their own 224)."""
-    root = os.environ.get("ADVTRANSFER_IMAGENET")
+    root = imagenet_root()
     if data_dir and (Path(data_dir) / split).is_dir():
         root = str(data_dir)
     if not root:
@@ -239,7 +239,7 @@ def load_imagenet(split: str = "val", data_dir: str | os.PathLike | None = None)
         classes = tuple(IMAGENET_CLASSNAMES)
     except ImportError:
         classes = tuple(str(i) for i in range(1000))
-    return load_image_folder(root, split, int(os.environ.get("ADVTRANSFER_IMAGE_SIZE", 256)), "imagenet", classes)
+    return load_image_folder(root, split, imagenet_image_size(), "imagenet", classes)
 
 
 DATASETS = {"cifar10": load_cifar10, "imagenet": load_imagenet}

@@ -62,14 +62,19 @@ class Outcome:
     worker: str = ""
 
 
-def check_executor(name: str, workers: int | None) -> None:
-    """One clear line for an unknown executor or a worker count below 1."""
-    if name not in EXECUTORS:
-        from .registry import suggest
-
-        raise UserError(suggest(name, list(EXECUTORS), "executor"))
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise UserError(f"workers must be a whole number >= 1, got {workers!r}")
+def check_executor_setup(executor: str, profile: str | None) -> None:
+    """What running with ``executor`` needs besides the grid's own values (which
+    :meth:`advtransfer.grid.GridSpec.validate` checks): submitit's profile file and package; no
+    profile for the other executors. One clear line for each problem."""
+    if executor == "submitit":
+        load_profile(profile)
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise UserError("the submitit executor needs submitit: pip install 'advtransfer[slurm]'") from None
+    elif profile:
+        raise UserError(f"--profile is read by the submitit executor only, not by {executor!r}; "
+                        "add --executor submitit or drop --profile")
 
 
 def cpu_threads() -> int:
@@ -170,8 +175,7 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
     :class:`CellsFailed` for cells that failed twice."""
     from tqdm.auto import tqdm
 
-    check_executor(executor, workers)
-    cells = runner.cells
+    cells = runner.cells  # executor and workers: checked by GridSpec.validate (advtransfer.validate.preflight)
     if executor == "serial":
         from .grid import describe
 
@@ -189,7 +193,7 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
     todo = [c.cell_id for c in cells if victims_to_evaluate(runner.store, c, runner.spec.victims, runner.shas)[0]]
     if not todo:
         return
-    attempt = _local_attempt if executor == "local" else _submitit_attempt
+    attempt = {"local": _local_attempt, "submitit": _submitit_attempt}[executor]
     failed: dict[str, str] = {}
     for round_ in (1, 2):
         ids = todo if round_ == 1 else list(failed)

@@ -17,18 +17,20 @@ from __future__ import annotations
 import os
 import signal
 
+from .config import env
+
 _seen: dict[str, int] = {}
 
 
 def point(name: str) -> None:
-    spec = os.environ.get("ADVTRANSFER_KILL_AT")
+    spec = env("ADVTRANSFER_KILL_AT")
     if not spec:
         return
     where, _, k = spec.partition(":")
     if where != name:
         return
     _seen[name] = _seen.get(name, 0) + 1
-    if _seen[name] == int(k or 1) and _first_to_claim(os.environ.get("ADVTRANSFER_KILL_ONCE")):
+    if _seen[name] == int(k or 1) and _first_to_claim(env("ADVTRANSFER_KILL_ONCE")):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -48,9 +50,9 @@ class InjectedFault(RuntimeError):
 
 
 def fail(name: str, key: str = "") -> None:
-    where, _, only = os.environ.get("ADVTRANSFER_FAIL_AT", "").partition(":")
+    where, _, only = (env("ADVTRANSFER_FAIL_AT") or "").partition(":")
     if where != name or (only and only != key):
         return
-    if not _first_to_claim(os.environ.get("ADVTRANSFER_FAIL_ONCE")):
+    if not _first_to_claim(env("ADVTRANSFER_FAIL_ONCE")):
         return
     raise InjectedFault(f"injected failure at {name!r} (ADVTRANSFER_FAIL_AT)")

@@ -24,21 +24,29 @@ def default_run_dir(spec: GridSpec) -> Path:
     return results_dir() / spec.name
 
 
-def run_grid(spec: GridSpec, out: str | Path | None = None, cache=None, data_dir=None, device: str = "cpu",
-             progress: bool = True, log: Callable[[str], None] = print, executor: str = "serial",
-             workers: int | None = None, profile: str | None = None) -> Path:
+def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
+             data_dir: str | Path | None = None, device: str = "cpu", progress: bool = True,
+             log: Callable[[str], None] = print, executor: str | None = None, workers: int | None = None,
+             profile: str | None = None) -> Path:
     """Run every cell of ``spec``; returns the run folder. See the module docstring.
 
-    The run folder is locked for the run (:class:`advtransfer.lock.RunLock`: a second run on it
-    stops at once naming the holder) and what the run prints goes to ``RUN/run.log`` too. A run
-    that fails on bad input before writing a result removes the folder it created.
+    First the preflight (:func:`advtransfer.validate.preflight`: every value of the spec, the
+    device, the run folder, the data, every cell's attack, the checkpoints), so bad input is one
+    UserError before anything is trained or written. The run folder is locked for the run
+    (:class:`advtransfer.lock.RunLock`: a second run on it stops at once naming the holder) and
+    what the run prints goes to ``RUN/run.log`` too. A run that fails on bad input before writing
+    a result removes the folder it created.
 
-    ``executor`` runs the cells (:mod:`advtransfer.executors`): ``serial`` in this process,
-    ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job arrays
-    (``profile``: a YAML file of cluster parameters). Every executor writes the same table."""
+    ``executor`` (default: the spec's) runs the cells (:mod:`advtransfer.executors`): ``serial``
+    in this process, ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job
+    arrays (``profile``: a YAML file of cluster parameters). Every executor writes the same table."""
+    from .validate import preflight
+
+    spec = spec.with_overrides(executor=executor, workers=workers)
     run_dir = Path(out) if out else default_run_dir(spec)
+    preflight(spec, run_dir, device, data_dir, cache, profile)
     _run_with_lock(spec, run_dir, cache, data_dir, device, progress, log,
-                   dict(executor=executor, workers=workers, profile=profile))
+                   dict(executor=spec.executor, workers=spec.workers, profile=profile))
     return run_dir
 
 
@@ -99,7 +107,8 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         runner.models.get(m)
     manifest = store.read_manifest()
     manifest.update({
-        "run_id": runner.run_id, "grid": spec.raw, "grid_file": spec.source, "git_sha": runner.sha,
+        "run_id": runner.run_id, "grid": spec.raw, "grid_file": spec.source, "reference": spec.reference,
+        "git_sha": runner.sha,
         "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",
                                           "provenance", "versions", "method_version")}
@@ -125,16 +134,20 @@ def _peek_table(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def plan_grid(spec: GridSpec, out: str | Path | None = None, cache=None) -> dict:
+def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
+              data_dir: str | Path | None = None, device: str = "cpu", profile: str | None = None) -> dict:
     """What :func:`run_grid` would do, reading only: the models it would train, and per cell
     whether its examples are cached, which victims it would evaluate, and its cost in passes
-    (surrogate forward+backward passes to craft, victim forward passes to evaluate). Writes nothing.
+    (surrogate forward+backward passes to craft, victim forward passes to evaluate). Runs the
+    same preflight as :func:`run_grid` first. Writes nothing.
 
     Cells whose surrogates are not trained yet get their id only after training (``cell_id``
     None: the id hashes the weights)."""
     from .models.loading import is_trained
+    from .validate import preflight
 
     run_dir = Path(out) if out else default_run_dir(spec)
+    preflight(spec, run_dir, device, data_dir, cache, profile)
     specs = zoo.load_specs()
     train = [m for m in spec.model_names() if not is_trained(zoo.get_spec(m, specs), spec.size, cache)]
     shas = {m: (zoo.read_card(m, spec.size, cache) or {}).get("sha256") or f"untrained:{m}"

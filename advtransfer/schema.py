@@ -26,6 +26,9 @@ class Column:
 
 
 _NAN = math.nan
+#: learned attacks (universal, generative) report their fit (column craft_fooling_rate) on at most
+#: this many of their crafting images, the first ones
+CRAFT_FIT_IMAGES = 500
 
 RESULTS: tuple[Column, ...] = (
     Column("run_id", "string", "identity", "run folder name"),
@@ -86,7 +89,7 @@ RESULTS: tuple[Column, ...] = (
     Column("l2_median", "float64", "distortion", "median L2 of x_adv - x"),
     Column("universal", "bool", "kind", "one perturbation for every image (universal kind)", False),
     Column("n_craft", "float64", "kind", "training images a universal or generative attack learned on (empty otherwise)", _NAN),
-    Column("craft_fooling_rate", "float64", "kind", "universal and generative: the surrogate set's fooling rate (targeted: target hit rate) on up to 500 crafting images", _NAN),
+    Column("craft_fooling_rate", "float64", "kind", f"universal and generative: the surrogate set's fooling rate (targeted: target hit rate) on up to {CRAFT_FIT_IMAGES} crafting images", _NAN),
     Column("gen_params", "int64", "kind", "generative: parameters of the trained generator (-1 otherwise)", -1),
     Column("aux_passes", "float64", "cost", "generative: forward+backward image-passes through auxiliary models during training (PDCL's CLIP image tower; empty otherwise)", _NAN),
     Column("gen_train_s", "float64", "kind", "generative: wall time (s) of the generator's training (part of craft_s)", _NAN),

@@ -208,5 +208,11 @@ class RunStore:
         atomic_write_text(self.root / "manifest.json", json.dumps(manifest, indent=2, default=str))
 
     def read_manifest(self) -> dict:
+        """The run's manifest ({} before the first run). ``reference`` is the grid spec's (None
+        without one); manifests written before it was a field carry it only in the raw grid."""
         path = self.root / "manifest.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        manifest = json.loads(path.read_text()) if path.is_file() else {}
+        if isinstance(manifest, dict) and manifest and "reference" not in manifest:
+            grid = manifest.get("grid")
+            manifest["reference"] = grid.get("reference") if isinstance(grid, dict) else None
+        return manifest

@@ -1,18 +1,24 @@
 """Checks made before a run trains or writes anything: the device, the output folder, the data
 and every value of the grid. Each failure is one :class:`UserError` line (the CLI exits 2).
 
-The grid file's own keys and types are checked when it is read (:func:`advtransfer.grid.load_grid`);
-:func:`preflight` adds what needs the machine or the data: the device exists and is available,
-the run folder can be written, the data splits are readable with the right shapes, dtypes and
-labels, ``n``/``start`` lie within the split, every cell's attack resolves with its parameters
-(names and types), and target classes lie within the label set.
+:func:`preflight` runs :meth:`advtransfer.grid.GridSpec.validate` (every value of the spec) and
+adds what needs the machine or the data: the device exists and is available and can run the
+spec's precision, the executor's profile and package are there, the run folder can be written,
+the data splits are readable with the right shapes, dtypes and labels, ``n``/``start`` lie within
+the split, every cell's attack resolves with its parameters (names and types), target classes lie
+within the label set, and trained checkpoints are intact. :func:`advtransfer.runner.run_grid` and
+:func:`advtransfer.runner.plan_grid` run it themselves, so the Python API is as safe as the CLI.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from .grid import GridSpec
 
 #: what a run folder may hold; a non-empty folder with none of these is not one
 RUN_MARKERS = ("manifest.json", "results.parquet", "run.lock", "run.log", "adv", "shards", "samples")
@@ -79,17 +85,22 @@ def check_split(ds, n: int, start: int, source: str) -> None:
                         f"lower n (at most {max(0, len(y) - start)} from start {start})")
 
 
-def preflight(spec, out: str | os.PathLike | None, device: str, data_dir=None, cache=None) -> None:
+def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_dir: str | os.PathLike | None = None,
+              cache: str | os.PathLike | None = None, profile: str | None = None) -> None:
     """Every check a grid run makes before it trains a model or writes a file (see the module
-    docstring). ``out``: the run folder (None: the default results/<name>/)."""
+    docstring). ``run_dir``: the run folder; ``profile``: the submitit executor's YAML file."""
+    from .accel import check_precision
     from .data import load_dataset
+    from .executors import check_executor_setup
     from .grid import expand_cells, resolve_attack
     from .models import zoo
     from .models.loading import check_checkpoint, is_trained
-    from .runner import default_run_dir
 
+    spec.validate()
     check_device(device)
-    check_run_dir(out if out is not None else default_run_dir(spec))
+    check_precision(spec.precision, device)
+    check_executor_setup(spec.executor, profile)
+    check_run_dir(run_dir)
     ds = load_dataset(spec.dataset, spec.split, data_dir)
     check_split(ds, spec.n, spec.start, spec.source)
     specs = zoo.load_specs()

@@ -39,8 +39,8 @@ def _attack(label: str, **params) -> dict:
 BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
     ("unknown-grid", "a grid name with a typo", None, ["grid", "cifar1O"], "did you mean 'cifar10'"),
     ("unknown-attack-flag", "--attack with a typo", None, ["grid", "ci", "--attack", "mifgsn"], "did you mean 'mifgsm'"),
-    ("bad-size-flag", "--size that is not a zoo size", None, ["grid", "ci", "--size", "huge"], "not a zoo size"),
-    ("n-zero", "-n 0", None, ["grid", "ci", "-n", "0"], "-n must be positive"),
+    ("bad-size-flag", "--size that is not a zoo size", None, ["grid", "ci", "--size", "huge"], "--size must be one of ci, cpu"),
+    ("n-zero", "-n 0", None, ["grid", "ci", "-n", "0"], "-n must be an integer >= 1"),
     ("n-too-large", "-n beyond the split", None, ["grid", "ci", "-n", "20000"], "outside the 10000 test images"),
     ("device-unknown", "--device tpu9", None, ["grid", "ci", "--device", "tpu9"], "not a torch device"),
     ("device-cuda-absent", "--device cuda on a machine without a GPU", None, ["grid", "ci", "--device", "cuda"],

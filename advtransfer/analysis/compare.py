@@ -188,7 +188,7 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         if base.empty:
             from ..store import RunStore
 
-            ref = (RunStore(run_dir).read_manifest().get("grid") or {}).get("reference")
+            ref = RunStore(run_dir).read_manifest().get("reference")
             hint = f"compare its surrogates with --reference {ref} (its grid's reference), or " if ref else ""
             raise UserError(f"{run_dir} has no matched baseline rows (no grid entry asked for one); "
                             f"{hint}name a pair with --a LABEL --b LABEL")

@@ -429,7 +429,7 @@ def _load_comparisons(run_dir: Path) -> tuple[pd.DataFrame | None, str]:
         return pd.read_parquet(path), ""
     from ..store import RunStore
 
-    reference = (RunStore(run_dir).read_manifest().get("grid") or {}).get("reference")
+    reference = RunStore(run_dir).read_manifest().get("reference")
     try:
         df = compare_surrogates(run_dir, reference) if reference else compare_run(run_dir)
     except UserError as exc:

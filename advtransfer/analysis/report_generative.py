@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..schema import CRAFT_FIT_IMAGES
 from .report_base import MINUS, Block, ReportContext, Section, Table, _pct, _tex_name, register_section
 from .stats import wilson_interval
 
@@ -67,7 +68,7 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
         "forward+backward image-passes through surrogate models (a batch of B images through one model is B); "
         "*per image* divides it by the test images crafted (per-image attacks) or by the training images "
         "(learned attacks). A learned cell's cost does not grow with the number of test images it is applied "
-        "to. *Fit* is the surrogate set's fooling rate (targeted: target hit rate) on up to 500 of its "
+        f"to. *Fit* is the surrogate set's fooling rate (targeted: target hit rate) on up to {CRAFT_FIT_IMAGES} of its "
         "training images. *CLIP passes*: image-passes through a CLIP image tower (PDCL), not counted as "
         "surrogate passes.",
         Table(["attack", "kind", "surrogate", "ε", "targeted", "surrogate passes", "per image", "n_craft",

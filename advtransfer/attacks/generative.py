@@ -37,6 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
 from .features import check_plain, taps
 from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
@@ -308,7 +309,7 @@ class GenerativeAttack(Attack):
         """A generative cell: train the generator on training images 0..n_craft−1, perturb the
         evaluation images. Targeted attacks aim at the grid's targets (random per image, or one
         class whose own images are left out). Row fields: ``n_craft``, the surrogate set's fooling
-        rate (targeted: target hit rate) on up to 500 training images, ``gen_params``,
+        rate (targeted: target hit rate) on up to CRAFT_FIT_IMAGES training images, ``gen_params``,
         ``gen_train_s``."""
         if ctx.train_data is None:
             raise UserError(f"attack {self.name!r} trains a generator on training images; this context has none")
@@ -325,8 +326,8 @@ class GenerativeAttack(Attack):
                 x, y, index, target = x[keep], y[keep], index[keep], target[keep]
         x_adv = self.apply(G, x, target, ctx.batch_size, ctx.device)
         craft_s = time.perf_counter() - t0
-        # how well the generator fits its training images (surrogate set, up to 500 of them)
-        xs, ys = x_tr[:500], y_tr[:500]
+        # how well the generator fits its training images (surrogate set, the first CRAFT_FIT_IMAGES)
+        xs, ys = x_tr[:CRAFT_FIT_IMAGES], y_tr[:CRAFT_FIT_IMAGES]
         ts = None
         if self.targeted:
             from .base import make_targets

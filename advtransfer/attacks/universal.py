@@ -22,6 +22,7 @@ import torch
 
 from ..errors import UserError
 from ..metrics import predict_batched
+from ..schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
 
 
@@ -129,7 +130,7 @@ class UniversalAttack(Attack):
         evaluation images of that class are left out (they cannot show a success), so the crafted
         ``index`` is a subset. Cached with the cell: δ (1×C×H×W), the labels of the evaluated images
         and one clean example (for the figure). Row fields: ``universal``, ``n_craft``, the
-        surrogate set's fooling rate on up to 500 crafting images, ``bandit_counts`` (X-Transfer)."""
+        surrogate set's fooling rate on up to CRAFT_FIT_IMAGES crafting images, ``bandit_counts`` (X-Transfer)."""
         import json
 
         if ctx.train_data is None:
@@ -142,7 +143,7 @@ class UniversalAttack(Attack):
         craft_s = time.perf_counter() - t0
         x_adv = (x + delta).clamp(0, 1)
         target = torch.full_like(y, self.extra["target_class"]) if self.targeted else None
-        xs, ys = x_craft[:500], y_craft[:500]  # how well δ fits the crafting images
+        xs, ys = x_craft[:CRAFT_FIT_IMAGES], y_craft[:CRAFT_FIT_IMAGES]  # how well δ fits the crafting images
         pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
         pa = predict_batched(S.predict, (xs + delta).clamp(0, 1), ctx.batch_size, ctx.device)
         ok = pc == ys

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from ..config import SIZES
+from ..config import SIZES, zoo_catalogue_dirs
 from ..errors import UserError
 from ..registry import suggest
 from ..resources import catalogue_dirs
@@ -213,10 +213,7 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
 def zoo_dirs() -> list[Path]:
     """Folders holding model YAML files: $ADVTRANSFER_ZOO (os.pathsep-separated), else the
     shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.resources.catalogue_dirs`)."""
-    env = os.environ.get("ADVTRANSFER_ZOO")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    return catalogue_dirs()
+    return zoo_catalogue_dirs() or catalogue_dirs()
 
 
 #: parsed catalogue files by path: (text, document). A run reads the catalogue many times and

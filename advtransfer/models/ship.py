@@ -12,7 +12,7 @@ import os
 import shutil
 
 from ..errors import UserError
-from ..config import shipped_zoo_dir
+from ..config import env, shipped_zoo_dir
 from ..resources import source_root
 from ..utils import atomic_path, atomic_write_text, sha256_file
 from .catalogue import get_spec
@@ -23,7 +23,7 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
     """Copy ``name`` at ``size`` from the cache into ``zoo/<size>/`` of the checkout (or of
     $ADVTRANSFER_SHIPPED_ZOO); returns its card."""
     root = shipped_zoo_dir()
-    if root is None or (source_root() is None and "ADVTRANSFER_SHIPPED_ZOO" not in os.environ):
+    if root is None or (source_root() is None and env("ADVTRANSFER_SHIPPED_ZOO") is None):
         raise UserError("zoo ship writes into a source checkout's zoo/ folder (or $ADVTRANSFER_SHIPPED_ZOO); "
                         "run it from a clone of the project")
     spec = get_spec(name)

@@ -1,0 +1,173 @@
+"""Grid files (``grids/*.yaml``) → :class:`GridSpec`.
+
+The loader maps the YAML onto the spec's fields and checks only what that mapping needs: the file
+is YAML and a mapping of known keys with the required ones, ε is written as a number, attack
+entries are mappings, surrogate rows have one of their three shapes and ``replicates`` can expand
+them. Every value is then judged by :meth:`GridSpec.validate`.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import UserError
+from ..registry import suggest
+from ..resources import grids_dir
+from ..utils import parse_fraction
+from .spec import AttackEntry, GridSpec, SurrogateEntry
+
+GRID_KEYS = {"craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+             "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
+
+
+def resolve_grid_path(grid: str) -> Path:
+    """A grid by path, or by name under ``grids/`` (``ci`` → grids/ci.yaml)."""
+    p = Path(grid)
+    if p.is_file():
+        return p
+    for cand in (grids_dir() / f"{grid}.yaml", grids_dir() / grid, Path("grids") / f"{grid}.yaml"):
+        if cand.is_file():
+            return cand
+    known = sorted(q.stem for q in grids_dir().glob("*.yaml"))
+    raise UserError(suggest(str(grid), known, "grid") + "; give a path to a grid YAML file or a name under grids/")
+
+
+def load_grid(grid: str, attack: str | None = None) -> GridSpec:
+    """Read and validate a grid file (a path, or a name under grids/). ``attack`` (comma-separated)
+    keeps only those attacks; a registry attack the grid does not list runs with the grid's
+    defaults (see :meth:`GridSpec.with_overrides`)."""
+    return read_grid(grid).with_overrides(attack=attack)
+
+
+def read_grid(grid: str) -> GridSpec:
+    """The spec a grid file describes, not yet validated (:meth:`GridSpec.validate` judges it)."""
+    path = resolve_grid_path(grid)
+    src = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{src}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    _need(isinstance(raw, dict), src, "a grid file must be a mapping of keys (name, eps, attacks, surrogates, victims, ...)")
+    unknown = sorted((str(k) for k in set(raw) - GRID_KEYS if not str(k).startswith("x-")), key=str)
+    if unknown:
+        raise UserError(f"{src}: " + suggest(unknown[0], sorted(GRID_KEYS), "grid key")
+                        + " (keys starting with x- are free for YAML anchors)")
+    for key in ("eps", "attacks", "surrogates", "victims"):
+        _need(key in raw, src, f"missing required key {key!r}")
+    eps_raw = raw["eps"] if isinstance(raw["eps"], list) else [raw["eps"]]
+    seeds = raw.get("seeds", [0])
+    matched = raw.get("matched") or []
+    matched = [matched] if isinstance(matched, str) else matched
+    defaults = raw.get("defaults") or {}
+    _need(isinstance(defaults, dict), src, "defaults must be a mapping of attack parameters")
+    victims = raw["victims"]
+    return GridSpec(
+        name=raw.get("name", path.stem), dataset=raw.get("dataset", "cifar10"), split=raw.get("split", "test"),
+        n=raw.get("n", 1000), start=raw.get("start", 0), size=raw.get("size", "cpu"),
+        batch_size=raw.get("batch_size", 250), seeds=seeds if isinstance(seeds, list) else [seeds],
+        norm=raw.get("norm", "linf"), eps=[parse_fraction(e, "eps") for e in eps_raw],
+        targeted=raw.get("targeted", False), budget=raw.get("budget", "steps"),
+        attacks=_attack_entries(raw, defaults, src), surrogates=_surrogate_entries(raw, src),
+        victims=list(victims) if isinstance(victims, list) else victims, source=src, raw=copy.deepcopy(raw),
+        matched=tuple(matched) if isinstance(matched, list) else matched,
+        executor=raw.get("executor", "serial"), workers=raw.get("workers"), craft_dataset=raw.get("craft_dataset", ""),
+        precision=raw.get("precision", "fp32"), compile=raw.get("compile", "off"), reference=raw.get("reference"),
+        description=raw.get("description", ""), defaults=defaults)
+
+
+def _need(cond: bool, source: str, msg: str) -> None:
+    if not cond:
+        raise UserError(f"{source}: {msg}")
+
+
+def _num_classes(dataset: Any) -> int:
+    """Classes of a dataset the harness knows (10 for CIFAR-10; 1000 for ImageNet-style sets)."""
+    return 10 if str(dataset).startswith("cifar10") else 1000
+
+
+def _attack_entries(raw: dict, defaults: dict, src: str) -> list[AttackEntry]:
+    """One entry per label (``attack: name`` when the label differs), the grid's ``defaults``
+    merged in; ``target: all`` makes one entry per target class (each leaves its own class out)."""
+    from ..attacks import ATTACKS
+
+    attacks_raw = raw["attacks"]
+    _need(isinstance(attacks_raw, dict), src, "attacks must be a non-empty mapping label -> parameters")
+    entries: dict[str, AttackEntry] = {}
+    for label, params in attacks_raw.items():
+        _need(params is None or isinstance(params, dict), src,
+              f"parameters of attack {label!r} must be a mapping like {{steps: 10}}, got {params!r}")
+        params = dict(params or {})
+        name = ATTACKS.canonical(str(params.pop("attack", label)))  # an alias (bim) resolves to its entry
+        merged = {**defaults, **params}
+        if merged.get("target") != "all":
+            entries[str(label)] = AttackEntry(str(label), name, merged)
+            continue
+        n_cls = _num_classes(raw.get("dataset", "cifar10"))
+        _need(merged.get("targeted") is True, src, f"attack {label!r}: target: all needs targeted: true")
+        _need(n_cls <= 20, src, f"attack {label!r}: target: all would make {n_cls} entries; name one class "
+                                f"(target: 3) or use target: random")
+        for c in range(n_cls):
+            entries[f"{label}@t{c}"] = AttackEntry(f"{label}@t{c}", name, {**merged, "target": c})
+    return list(entries.values())
+
+
+def _surrogate_entries(raw: dict, src: str) -> list[SurrogateEntry]:
+    """The surrogate rows: a model name, a list of names, or ``{models, weights, name, attacks,
+    replicates, <collection options>}``; ``replicates: K`` (per row or for the grid) makes K rows
+    of independently seeded replicates ``<model>@r<k>`` sharing ``surrogate_base``."""
+    _need(isinstance(raw["surrogates"], list), src, "surrogates must be a non-empty list")
+    grid_reps = raw.get("replicates", 1)
+    _need(_is_count(grid_reps), src, f"replicates must be a positive integer, got {grid_reps!r}")
+    rows: list[SurrogateEntry] = []
+    for s in raw["surrogates"]:
+        reps = grid_reps
+        if isinstance(s, dict) and "replicates" in s:
+            s = dict(s)
+            reps = s.pop("replicates")
+            _need(_is_count(reps), src,
+                  f"surrogate set {s.get('name', s.get('models'))}: replicates must be a positive integer, got {reps!r}")
+        entry = _surrogate_entry(s, raw["attacks"], src)
+        if reps == 1:
+            rows.append(entry)
+            continue
+        from ..models.catalogue import replicate_name
+
+        for k in range(reps):
+            models = tuple(replicate_name(m, k) for m in entry.models)
+            rows.append(replace(entry, models=models, label=f"{entry.name}@r{k}" if k else entry.name,
+                                base=entry.name, replicate=k))
+    return rows
+
+
+def _surrogate_entry(s: Any, attacks_raw: dict, src: str) -> SurrogateEntry:
+    from ..attacks import ATTACKS
+
+    if isinstance(s, str):
+        return SurrogateEntry((s,))
+    if isinstance(s, list) and s and all(isinstance(m, str) for m in s):
+        return SurrogateEntry(tuple(s))
+    if not (isinstance(s, dict) and isinstance(s.get("models"), list) and s["models"]):
+        raise UserError(f"{src}: a surrogate must be a model name, a list of names, or "
+                        f"{{models: [...], weights: [...], name: ...}}; got {s!r}")
+    who = s.get("name", s["models"])
+    _need(all(isinstance(m, str) for m in s["models"]), src, f"surrogate set {who}: models must be model names")
+    only = s.get("attacks") or []
+    _need(isinstance(only, list) and all(isinstance(a, str) for a in only), src,
+          f"surrogate set {who}: attacks must be a list of attack names")
+    for a in only:  # a label of the file's own attacks, or a registry name
+        if a not in attacks_raw:
+            ATTACKS.get(a)
+    w = s.get("weights")
+    if isinstance(w, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in w):
+        w = tuple(float(v) for v in w)  # GridSpec.validate judges them (and anything else given)
+    opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name", "attacks")}
+    return SurrogateEntry(tuple(s["models"]), w, str(s.get("name", "")),
+                          tuple(sorted(opts.items(), key=lambda kv: str(kv[0]))), tuple(only))
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1

@@ -1,0 +1,279 @@
+"""The grid spec: a typed description of one grid, and its one :meth:`GridSpec.validate`.
+
+A spec comes from a grid file (:func:`advtransfer.grid.load_grid`) or is built in Python; either
+way :meth:`GridSpec.validate` judges every value it holds (types, ranges, names against the attack
+registry and the zoo catalogue) and :meth:`GridSpec.with_overrides` applies the CLI's flags and
+validates again. What needs the machine or the data (device, run folder, images, checkpoints, each
+cell's attack parameters) is :func:`advtransfer.validate.preflight`'s, which :func:`run_grid` runs.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from ..errors import UserError
+
+#: how a matched baseline is matched: same step size and steps, or same step size and gradient evaluations
+MATCH_KINDS = ("step", "evals")
+#: what an attack's budget counts: its steps, or its gradient evaluations per image (``grad_evals: N``)
+BUDGETS = ("steps", "grad_evals")
+NORMS = ("linf", "l2")
+#: attack parameters that name a zoo model the attack uses (not a surrogate, not a victim)
+AUX_MODEL_KEYS = ("clip",)
+#: attack parameters the grid sets for every cell: giving them per attack would be ambiguous
+GRID_LEVEL_PARAMS = {"eps": "eps: [8/255] (a list of radii, one cell each)",
+                     "seed": "seeds: [0, 1] (one cell per seed)"}
+#: the CLI flag that sets each field :meth:`GridSpec.with_overrides` takes (messages name it)
+OVERRIDE_FLAGS = {"attack": "--attack", "size": "--size", "n": "-n", "precision": "--precision",
+                  "compile": "--compile", "executor": "--executor", "workers": "--workers"}
+
+
+@dataclass(frozen=True)
+class SurrogateEntry:
+    """A surrogate set: member model names, optional weights, a display name, and options for
+    members that are collections (``per_step``, ``scale``, ... see models/collections.py)."""
+
+    models: tuple[str, ...]
+    weights: tuple[float, ...] | None = None
+    label: str = ""
+    options: tuple[tuple[str, Any], ...] = ()
+    only_attacks: tuple[str, ...] = ()  # if set, this row runs only these attack labels/names
+    base: str = ""          # for a replicate: the name of the entry it replicates (rows share it)
+    replicate: int = 0      # which independently seeded replicate of the models
+
+    def runs(self, attack: "AttackEntry") -> bool:
+        """Whether this row runs ``attack`` (every attack unless ``only_attacks`` names some)."""
+        return not self.only_attacks or attack.label in self.only_attacks or attack.attack in self.only_attacks
+
+    @property
+    def name(self) -> str:
+        return self.label or "+".join(self.models)
+
+
+@dataclass(frozen=True)
+class AttackEntry:
+    """An attack of the grid: its label, registry name and parameters; a matched baseline also
+    says which label it serves (``baseline_for``) and how it is matched (``match``: step, evals)."""
+
+    label: str
+    attack: str
+    params: dict
+    match: str = "none"
+    baseline_for: str = ""
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """One grid. ε in pixel space ([0,1] images; 8/255 ≈ 0.0314); ``n`` test images from ``start``.
+
+    Fields hold what was given; :meth:`validate` says whether it is usable. ``origin`` maps a field
+    to the CLI flag that set it (messages name the flag instead of the file's key)."""
+
+    name: str
+    dataset: str
+    split: str
+    n: int
+    start: int
+    size: str
+    batch_size: int
+    seeds: list[int]
+    norm: str
+    eps: list[float]
+    targeted: bool
+    budget: str
+    attacks: list[AttackEntry]
+    surrogates: list[SurrogateEntry]
+    victims: list[str]
+    source: str = ""
+    raw: dict = field(default_factory=dict)
+    matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
+    executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
+    workers: int | None = None       # local executor: worker processes
+    craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
+    precision: str = "fp32"          # autocast of the crafting passes (advtransfer.accel); enters the cell id if not fp32
+    compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.accel); no cell id
+    reference: str | None = None     # the surrogate `compare` and the report compare every other surrogate with
+    description: str = ""
+    defaults: dict = field(default_factory=dict)  # attack parameters of every entry (and of --attack NAME not listed)
+    origin: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def model_names(self) -> list[str]:
+        names = [m for s in self.surrogates for m in s.models] + list(self.victims) + self.aux_models()
+        return list(dict.fromkeys(names))
+
+    def aux_models(self) -> list[str]:
+        """Zoo models the attacks use besides the surrogates (a generator's CLIP model: parameter
+        ``clip``); their weight checksums enter the cells' ids."""
+        return list(dict.fromkeys(str(a.params[k]) for a in self.attacks for k in AUX_MODEL_KEYS if a.params.get(k)))
+
+    # --- checks -------------------------------------------------------------------------------
+    def _where(self, key: str) -> str:
+        """How a message names ``key``: the CLI flag that set it, else the file and the key."""
+        if key in self.origin:
+            return self.origin[key]
+        return f"{self.source}: {key}" if self.source else key
+
+    def _need(self, cond: Any, msg: str) -> None:
+        if not cond:
+            raise UserError(f"{self.source}: {msg}" if self.source else msg)
+
+    def _one_of(self, key: str, choices: Sequence[str]) -> None:
+        value = getattr(self, key)
+        if isinstance(value, str) and value in choices:
+            return
+        close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.5) if isinstance(value, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"{self._where(key)} must be one of {', '.join(choices)}, not {value!r}{hint}")
+
+    def _whole(self, key: str, low: int, what: str = "an integer") -> None:
+        value = getattr(self, key)
+        if not (_is_int(value) and value >= low):
+            raise UserError(f"{self._where(key)} must be {what} >= {low}, got {value!r}")
+
+    def validate(self) -> "GridSpec":
+        """Check every value of the spec; the first bad one raises a one-line UserError naming
+        the key (or the flag that set it). Returns the spec, so calls chain."""
+        self._check_scalars()
+        self._check_eps()
+        self._check_attacks()
+        self._check_surrogates()
+        self._check_run_options()
+        _check_models(self)
+        return self
+
+    def _check_scalars(self) -> None:
+        for key, what in (("name", "a string"), ("description", "a string"), ("dataset", "a dataset name"),
+                          ("craft_dataset", "a dataset name")):
+            self._need(isinstance(getattr(self, key), str), f"{key} must be {what}, got {getattr(self, key)!r}")
+        # which splits exist is the dataset's business (cifar10: train/test; image folders: any)
+        self._need(isinstance(self.split, str) and self.split, f"split must be a split name, got {self.split!r}")
+        self._whole("n", 1)
+        self._whole("batch_size", 1)
+        self._whole("start", 0)
+        self._need(isinstance(self.targeted, bool), f"targeted must be true or false, got {self.targeted!r}")
+        seeds = self.seeds
+        self._need(isinstance(seeds, (list, tuple)) and seeds and all(_is_int(s) for s in seeds),
+                   f"seeds must be a list of integers, got {seeds!r}")
+        self._need(len(set(seeds)) == len(seeds), f"seeds repeat a value: {list(seeds)}")
+
+    def _check_eps(self) -> None:
+        self._need(self.norm in NORMS, f"norm must be linf or l2, not {self.norm!r}")
+        self._need(isinstance(self.eps, (list, tuple)) and self.eps, "eps must list at least one radius, like [8/255]")
+        for e in self.eps:
+            self._need(isinstance(e, (int, float)) and not isinstance(e, bool), f"eps {e!r} is not a number like 8/255")
+            self._need(e > 0 and (e <= 1 or self.norm == "l2"), f"eps {e:g} is outside (0, 1]; give it like 8/255")
+
+    def _check_attacks(self) -> None:
+        self._need(isinstance(self.attacks, (list, tuple)) and self.attacks,
+                   "attacks must be a non-empty mapping label -> parameters")
+        self._one_of("budget", BUDGETS)
+        for a in self.attacks:
+            for key, where in GRID_LEVEL_PARAMS.items():
+                self._need(key not in a.params, f"attack {a.label!r}: {key} is set for the whole grid, not per "
+                                                f"attack; give it at top level as {where}")
+            g = a.params.get("grad_evals")
+            self._need(g is None or (_is_int(g) and g >= 1),
+                       f"attack {a.label!r}: grad_evals must be a whole number of gradient evaluations >= 1, got {g!r}")
+            self._need(self.budget != "grad_evals" or a.match != "none" or g is not None,
+                       f"budget grad_evals needs 'grad_evals: N' for attack {a.label!r}")
+        matched = self.matched
+        self._need(isinstance(matched, (list, tuple)) and all(isinstance(m, str) and m in MATCH_KINDS for m in matched),
+                   f"matched must be a list of {', '.join(MATCH_KINDS)} (baselines matched in step size and steps, "
+                   f"or in step size and gradient evaluations), got {matched!r}")
+
+    def _check_surrogates(self) -> None:
+        from ..models.collections import check_options
+
+        self._need(isinstance(self.surrogates, (list, tuple)) and self.surrogates, "surrogates must be a non-empty list")
+        for s in self.surrogates:
+            who = s.label or list(s.models)
+            if s.weights is not None:
+                _check_weights(s.weights, len(s.models), self.source, who)
+            check_options(dict(s.options), f"{self.source}: surrogate set {who}: " if self.source else f"surrogate set {who}: ")
+        victims = self.victims
+        self._need(isinstance(victims, (list, tuple)) and victims and all(isinstance(v, str) for v in victims),
+                   "victims must be a non-empty list of model names")
+        ref = self.reference
+        self._need(ref is None or (isinstance(ref, str) and ref in {e.base or e.name for e in self.surrogates}),
+                   f"reference must name one of the grid's surrogates (the one every other surrogate is compared "
+                   f"with), got {ref!r}")
+
+    def _check_run_options(self) -> None:
+        from ..accel import COMPILE_MODES, PRECISIONS
+        from ..config import EXECUTORS, SIZES
+
+        self._one_of("executor", EXECUTORS)
+        if self.workers is not None:
+            self._whole("workers", 1, "a whole number")
+        self._one_of("precision", PRECISIONS)
+        self._one_of("compile", COMPILE_MODES)
+        self._one_of("size", SIZES)
+
+    # --- derived specs ------------------------------------------------------------------------
+    def with_overrides(self, *, attack: str | None = None, **changes: Any) -> "GridSpec":
+        """The spec with the CLI's flags applied and validated again: ``attack`` (comma-separated)
+        keeps only those attacks (a registry attack the grid does not list runs with the grid's
+        ``defaults``); ``size``, ``n``, ``precision``, ``compile``, ``executor``, ``workers`` replace
+        the grid's values. A None leaves the field as it is; messages name the flag."""
+        unknown = sorted(set(changes) - set(OVERRIDE_FLAGS))
+        if unknown:
+            raise TypeError(f"with_overrides() takes {', '.join(OVERRIDE_FLAGS)}, not {', '.join(unknown)}")
+        given = {k: v for k, v in changes.items() if v is not None}
+        origin = {**self.origin, **{k: OVERRIDE_FLAGS[k] for k in given}}
+        if attack:
+            given["attacks"] = self._select(attack)
+        return replace(self, **given, origin=origin).validate()
+
+    def _select(self, attack: str) -> list[AttackEntry]:
+        """The entries ``--attack`` names: a name selects the entry with that label and every entry
+        running that attack (e.g. sgd_uap and a targeted ``{attack: sgd_uap, targeted: true}``)."""
+        from ..attacks import ATTACKS
+
+        chosen: list[AttackEntry] = []
+        for a in [s.strip() for s in attack.split(",") if s.strip()]:
+            canon = ATTACKS.canonical(a) if a in ATTACKS else None
+            same = [e for e in self.attacks if e.label == a or e.attack in (a, canon)]
+            if same:
+                chosen.extend(e for e in same if e not in chosen)
+            else:  # unknown names raise with close matches
+                chosen.append(AttackEntry(a, ATTACKS.canonical(a), dict(self.defaults)))
+        return chosen
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_weights(w: Any, n_models: int, src: str, who: Any) -> None:
+    ok = isinstance(w, (list, tuple)) and len(w) == n_models and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in w)
+    if not (ok and sum(w) > 0):
+        raise UserError(f"{src + ': ' if src else ''}surrogate set {who}: weights must be a list of {n_models} "
+                        f"non-negative numbers, not all zero; got {list(w) if isinstance(w, tuple) else w!r}")
+
+
+def _check_models(spec: GridSpec) -> None:
+    """Every model the grid names is a zoo entry; a generator's CLIP model is a CLIP entry; models
+    with their own label set (advtransfer.variants) are untargeted victims only."""
+    from ..models.zoo import get_spec, load_specs
+
+    specs = load_specs()
+    for name in spec.model_names():
+        get_spec(name, specs)
+    for a in spec.attacks:  # a generator's CLIP model (cond: clip, PDCL) must be a CLIP entry
+        for key in AUX_MODEL_KEYS:
+            if a.params.get(key):
+                ms = get_spec(str(a.params[key]), specs)
+                spec._need(ms.arch.startswith("open_clip/"),
+                           f"attack {a.label!r}: {key}: {ms.name!r} is not an open_clip model (arch {ms.arch}); name a "
+                           f"CLIP entry of victims/clip.yaml such as clip_vit_b32")
+    downstream = {n for n in spec.model_names() if get_spec(n, specs).label_set() != "cifar10"}
+    sur = sorted({m for s in spec.surrogates for m in s.models} & downstream)
+    spec._need(not sur, f"surrogate {sur[0] if sur else ''!r} predicts its own label set, not the dataset's; "
+                        "attacks need the dataset's labels: use it as a victim only")
+    targeted = spec.targeted or any(a.params.get("targeted") for a in spec.attacks)
+    vic = sorted(set(spec.victims) & downstream)
+    spec._need(not (vic and targeted), f"victim {vic[0] if vic else ''!r} predicts its own label set, so a targeted "
+                                       "attack's target class means nothing to it; leave it out of targeted grids")

@@ -1,0 +1,141 @@
+"""The grid spec is the single source of truth: one ``GridSpec.validate()`` judges a spec however
+it was made (file, Python, CLI flags through ``with_overrides``), ``run_grid`` and ``plan_grid``
+run the preflight themselves, and ``reference`` is a field the manifest carries."""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import FrozenInstanceError, replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advtransfer.errors import UserError
+from advtransfer.grid import AttackEntry, GridSpec, SurrogateEntry, expand_cells, load_grid
+
+PKG = Path(__file__).resolve().parent.parent / "advtransfer"
+
+
+def _spec(**changes) -> GridSpec:
+    """A small valid spec built in Python (no file)."""
+    base = GridSpec(name="py", dataset="cifar10", split="test", n=20, start=0, size="ci", batch_size=20, seeds=[0],
+                    norm="linf", eps=[8 / 255], targeted=False, budget="steps",
+                    attacks=[AttackEntry("mifgsm", "mifgsm", {"steps": 2})],
+                    surrogates=[SurrogateEntry(("resnet20_a",))], victims=["resnet20_b"])
+    return replace(base, **changes)
+
+
+def test_a_valid_python_spec_validates_and_is_frozen():
+    spec = _spec()
+    assert spec.validate() is spec
+    with pytest.raises(FrozenInstanceError):
+        spec.n = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"size": "huge"}, "size must be one of ci, cpu, converged, full, not 'huge'"),
+    ({"precision": "fp8"}, "precision must be one of fp32, bf16, fp16"),
+    ({"compile": "always"}, "compile must be one of off, auto"),
+    ({"executor": "locl"}, "did you mean 'local'"),
+    ({"workers": 0}, "workers must be a whole number >= 1"),
+    ({"n": 0}, "n must be an integer >= 1"),
+    ({"start": -1}, "start must be an integer >= 0"),
+    ({"batch_size": "big"}, "batch_size must be an integer >= 1"),
+    ({"seeds": [1, 1]}, "seeds repeat"),
+    ({"eps": [2.0]}, "outside (0, 1]"),
+    ({"eps": ["8/255"]}, "is not a number"),
+    ({"norm": "l3"}, "norm must be linf or l2"),
+    ({"targeted": "yes"}, "targeted must be true or false"),
+    ({"budget": "grad_evals"}, "budget grad_evals needs 'grad_evals: N' for attack 'mifgsm'"),
+    ({"matched": ("cost",)}, "matched must be a list of step, evals"),
+    ({"reference": "vgg_a"}, "reference must name one of the grid's surrogates"),
+    ({"victims": []}, "victims must be a non-empty list"),
+    ({"attacks": [AttackEntry("mifgsm", "mifgsm", {"seed": 1})]}, "give it at top level as seeds"),
+    ({"surrogates": [SurrogateEntry(("resnet20_a", "vgg_a"), weights=(1.0,))]}, "weights must be a list of 2"),
+    ({"surrogates": [SurrogateEntry(("resnet20_a",), options=(("per_stepp", 2),))]}, "unknown surrogate options"),
+    ({"victims": ["vgg_z"]}, "vgg_z"),
+])
+def test_validate_judges_a_spec_built_in_python(changes, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        _spec(**changes).validate()
+
+
+def test_with_overrides_names_the_flag_and_leaves_the_original():
+    spec = _spec()
+    assert spec.with_overrides(size=None, n=None) == spec  # None: the field as it is
+    smaller = spec.with_overrides(n=10, compile="auto")
+    assert (smaller.n, smaller.compile, spec.n, spec.compile) == (10, "auto", 20, "off")
+    with pytest.raises(UserError, match=r"^--size must be one of .*not 'huge'"):
+        spec.with_overrides(size="huge")
+    with pytest.raises(UserError, match=r"^-n must be an integer >= 1, got 0"):
+        spec.with_overrides(n=0)
+    with pytest.raises(TypeError, match="with_overrides"):
+        spec.with_overrides(name="other")
+
+
+def test_with_overrides_selects_attacks_and_keeps_cell_ids(tmp_path):
+    grid = {"name": "o", "n": 20, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 3},
+            "attacks": {"ifgsm": {}, "mi": {"attack": "mifgsm"}}, "surrogates": ["resnet20_a"],
+            "victims": ["resnet20_b"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    spec = load_grid(str(tmp_path / "g.yaml"))
+    shas = {m: "sha-" + m for m in spec.model_names()}
+    ids = {c.attack.label: c.cell_id for c in expand_cells(spec, shas)}
+    only = spec.with_overrides(attack="mifgsm,pgd")  # a listed attack by name, and one the grid lacks
+    assert [a.label for a in only.attacks] == ["mi", "pgd"] and only.attacks[1].params == {"steps": 3}
+    assert {c.attack.label: c.cell_id for c in expand_cells(only, shas)}["mi"] == ids["mi"]
+    assert {c.cell_id for c in expand_cells(spec.with_overrides(workers=2, executor="local"), shas)} == set(ids.values())
+
+
+def test_reference_is_a_field_and_the_manifest_carries_it(tmp_path):
+    from advtransfer.store import RunStore
+
+    grid = {"name": "r", "n": 20, "size": "ci", "eps": ["8/255"], "attacks": {"ifgsm": {}}, "reference": "vgg_a",
+            "surrogates": ["resnet20_a", "vgg_a"], "victims": ["resnet20_b"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    assert load_grid(str(tmp_path / "g.yaml")).reference == "vgg_a"
+    store = RunStore(tmp_path / "new")
+    store.write_manifest({"reference": "vgg_a", "grid": {}})
+    assert store.read_manifest()["reference"] == "vgg_a"
+    old = RunStore(tmp_path / "old")  # written before the field: the raw grid still says it
+    old.write_manifest({"grid": {"reference": "resnet20_a"}})
+    assert old.read_manifest()["reference"] == "resnet20_a"
+
+
+def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkeypatch):
+    """From Python, as from the CLI: bad input is one UserError before a model trains or a
+    folder is made (training is forbidden here, so a check that came late would fail loudly)."""
+    from advtransfer import runner
+
+    def no_training(*_a, **_k):
+        raise AssertionError("trained before the preflight")
+
+    monkeypatch.setattr(runner.zoo, "ensure_trained", no_training)
+    out = tmp_path / "run"
+    for spec, message in [(_spec(n=20000), "outside the 10000 test images"),
+                          (_spec(precision="fp16"), "fp16 needs a CUDA device"),
+                          (_spec(attacks=[AttackEntry("mifgsm", "mifgsm", {"stepz": 2})]), "did you mean 'steps'"),
+                          (_spec(size="huge"), "size must be one of")]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            runner.run_grid(spec, out, device="cpu", progress=False, log=lambda *_: None)
+        with pytest.raises(UserError, match=re.escape(message)):
+            runner.plan_grid(spec, out)
+        assert not out.exists()
+    with pytest.raises(UserError, match="--executor must be one of"):
+        runner.run_grid(_spec(), out, executor="ray", progress=False, log=lambda *_: None)
+    with pytest.raises(UserError, match="read by the submitit executor only"):
+        runner.run_grid(_spec(), out, profile=str(tmp_path / "p.yaml"), progress=False, log=lambda *_: None)
+    assert not out.exists()
+
+
+def test_the_cli_checks_no_grid_value_itself():
+    """size, compile, precision and executor are judged by GridSpec.validate only: the CLI, the
+    executors and accel hold no second copy of those checks."""
+    for name in ("cli.py", "executors.py", "accel.py", "validate.py", "runner.py"):
+        tree = ast.parse((PKG / name).read_text())
+        compared = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                    and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops)
+                    and any(isinstance(c, ast.Name) and c.id in ("SIZES", "COMPILE_MODES", "PRECISIONS", "EXECUTORS")
+                            for c in n.comparators)]
+        assert not compared, f"{name}:{compared[0].lineno} checks a grid value GridSpec.validate checks"
