@@ -201,7 +201,12 @@ class RunStore:
         path = self.root / "results.parquet"
         if not path.is_file():
             raise UserError(f"{self.root} holds no results.parquet; run `advtransfer grid` first or check the path")
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise UserError(f"{path} is unreadable ({type(exc).__name__}: damaged or truncated); rerun the "
+                            "`advtransfer grid` command that wrote this run folder: it keeps the finished cells "
+                            "and merges the table again from RUN/shards") from None
 
     # --- manifest ---------------------------------------------------------------------------
     def write_manifest(self, manifest: dict) -> None:
@@ -209,4 +214,15 @@ class RunStore:
 
     def read_manifest(self) -> dict:
         path = self.root / "manifest.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        try:
+            manifest = json.loads(path.read_text())
+        except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise UserError(f"{path} is unreadable ({type(exc).__name__}: damaged or truncated); delete it and "
+                            "rerun the `advtransfer grid` command that wrote this run folder (finished cells are "
+                            "kept) to write it again") from None
+        if not isinstance(manifest, dict):
+            raise UserError(f"{path} is not a JSON object; delete it and rerun the `advtransfer grid` command "
+                            "that wrote this run folder (finished cells are kept) to write it again")
+        return manifest
