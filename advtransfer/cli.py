@@ -10,10 +10,7 @@ import os
 import sys
 from typing import Sequence
 
-from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
-from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage, cmd_whitebox_match
-from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
-from .analysis.cli_golden import add_golden_parser, cmd_golden
+from .analysis.cli import COMMANDS as ANALYSIS_COMMANDS, add_parsers as add_analysis_parsers
 from .errors import UserError
 from .executors import CellsFailed
 
@@ -125,11 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
     la.add_argument("--size", help="zoo size whose network to list (sizes may build different networks; "
                                    "default: $ADVTRANSFER_SIZE or cpu)")
-    add_compare_parser(sub)
-    add_report_parser(sub)
-    add_distortion_parser(sub)
-    add_golden_parser(sub)
-    add_mismatch_parsers(sub)
+    add_analysis_parsers(sub)  # compare, report, distortion, golden, dumb, lineage, knowledge, whitebox-match
     return ap
 
 
@@ -204,9 +197,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         print(f"figures: {len(figs)} files in {run_dir / 'figures'}/")
     _print_summary(run_dir)
     if not args.no_report:
-        from .analysis.report import build_report
+        from .analysis.cli.report import report_run
 
-        paths = build_report(run_dir)
+        paths = report_run(run_dir)
         print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
     return 0
 
@@ -471,11 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "layers": cmd_layers, "pas": cmd_pas,
-                "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
-                "golden": cmd_golden, "dumb": cmd_dumb, "lineage": cmd_lineage,
-                "whitebox-match": cmd_whitebox_match,
-                "knowledge": cmd_knowledge}[args.cmd](args)
+                "layers": cmd_layers, "pas": cmd_pas, **ANALYSIS_COMMANDS}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2
