@@ -172,6 +172,8 @@ BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
      "results.parquet is unreadable"),
     ("report-manifest-damaged", "report on a run whose manifest.json is damaged", None, ["report", "{run:manifest}"],
      "manifest.json is unreadable"),
+    ("report-table-damaged", "report on a run whose distortion.parquet (a measure's table) is damaged", None,
+     ["report", "{run:distortion}"], "distortion.parquet is unreadable"),
     ("plot-damaged", "plot on a run whose results.parquet is damaged", None, ["plot", "{run:results}"],
      "results.parquet is unreadable"),
     ("distortion-damaged", "distortion on a run whose results.parquet is damaged", None,
@@ -236,7 +238,8 @@ def _write_npz(folder: Path, kind: str) -> Path:
 
 def _damaged_run(folder: Path, part: str) -> Path:
     """A run folder (results.parquet, manifest.json) with one file damaged: ``results`` a
-    results.parquet cut short, ``manifest`` a manifest.json that is not JSON."""
+    results.parquet cut short, ``manifest`` a manifest.json that is not JSON, any other ``part`` a
+    ``<part>.parquet`` cut short (a measure's table)."""
     import pandas as pd
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -245,8 +248,16 @@ def _damaged_run(folder: Path, part: str) -> Path:
     (folder / "manifest.json").write_text('{"grid": {"name": "ci"}}')
     if part == "results":
         (folder / "results.parquet").write_bytes((folder / "results.parquet").read_bytes()[:200])
-    else:
+    elif part == "manifest":
         (folder / "manifest.json").write_text('{"grid": {"name": "ci"')
+    else:  # a complete run (tests/test_compare.py's, compared) with a table a measure wrote beside it cut short
+        from test_compare import make_run
+
+        from advtransfer.analysis.measures.compare import refresh_comparisons
+
+        make_run(folder)
+        refresh_comparisons(folder)
+        (folder / f"{part}.parquet").write_bytes((folder / "results.parquet").read_bytes()[:200])
     return folder
 
 

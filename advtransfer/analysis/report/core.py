@@ -444,7 +444,6 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     if note is None:
         note = "" if cmp is not None else f"No comparisons table: run `advtransfer compare {run}` and rerun the report."
     out_dir = Path(out) if out else run / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ReportContext(run, out_dir, results, manifest, cmp, note)
     sections: list[Section] = []
     for fn in [*CORE_SECTIONS, *OPTIONAL_SECTIONS, *(extra_sections or [])]:
@@ -454,6 +453,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
             sections.append(s)
     title = str(ctx.manifest.get("run_id") or run.resolve().name)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    out_dir.mkdir(parents=True, exist_ok=True)  # every section read and rendered: a damaged table wrote nothing
     atomic_write_text(md_path, render_markdown(title, sections))
     atomic_write_text(html_path, render_html(title, sections))
     tex_dir = out_dir / "tables"
