@@ -10,10 +10,7 @@ import os
 import sys
 from typing import Sequence
 
-from .analysis.cli_compare import add_compare_parser, add_report_parser, cmd_compare, cmd_report
-from .analysis.cli_mismatch import add_mismatch_parsers, cmd_dumb, cmd_knowledge, cmd_lineage, cmd_whitebox_match
-from .analysis.cli_distortion import add_distortion_parser, cmd_distortion
-from .analysis.cli_golden import add_golden_parser, cmd_golden
+from .analysis.cli import COMMANDS as ANALYSIS_COMMANDS, add_parsers as add_analysis_parsers
 from .config import ENVIRONMENT
 from .errors import UserError
 from .executors import CellsFailed
@@ -124,11 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
     la.add_argument("--size", help="zoo size whose network to list (sizes may build different networks; "
                                    "default: $ADVTRANSFER_SIZE or cpu)")
-    add_compare_parser(sub)
-    add_report_parser(sub)
-    add_distortion_parser(sub)
-    add_golden_parser(sub)
-    add_mismatch_parsers(sub)
+    add_analysis_parsers(sub)  # compare, report, distortion, golden, dumb, lineage, knowledge, whitebox-match
     return ap
 
 
@@ -167,9 +160,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         print(f"figures: {len(figs)} files in {run_dir / 'figures'}/")
     _print_summary(run_dir)
     if not args.no_report:
-        from .analysis.report import build_report
+        from .analysis.cli.report import report_run
 
-        paths = build_report(run_dir)
+        paths = report_run(run_dir)
         print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
     return 0
 
@@ -320,24 +313,47 @@ def cmd_pas(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .attacks.pas import search_path
-    from .config import default_size
+    from .config import SIZES, default_size
     from .data import load_dataset
     from .models import zoo
     from .utils import parse_fraction
 
+    # every argument is checked before a model trains or a file is written
     device = _setup_env(args)
+    if args.size is not None and args.size not in SIZES:
+        raise UserError(f"--size {args.size!r} is not a zoo size; use one of {', '.join(SIZES)}")
     size = args.size or default_size()
     validators = [v.strip() for v in args.validators.split(",") if v.strip()]
     if not validators or args.model in validators:
         raise UserError("--validators needs one or more zoo models other than the surrogate")
-    if args.n < 1 or args.budget < 0:
-        raise UserError("--n must be >= 1 and --budget >= 0")
+    for name in (args.model, *validators):  # an unknown name, or an entry without this size: one line now
+        zoo.get_spec(name).identity(size)
+    if args.n < 1:
+        raise UserError(f"--n must be >= 1 (held-out training images to score on), got {args.n}")
+    data = load_dataset(zoo.get_spec(args.model).dataset, "train", args.data_dir)
+    if args.n > len(data):
+        raise UserError(f"--n {args.n} exceeds the {len(data)} training images")
+    if args.budget < 1:
+        raise UserError(f"--budget must be >= 1 (candidate paths to score), got {args.budget}")
     eps = parse_fraction(args.eps, "eps")
+    if not 0 < eps <= 1:
+        raise UserError(f"--eps {args.eps} is outside (0, 1]; give it like 8/255")
+    if args.search == "bo":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            raise UserError("the bo path search needs optuna: pip install 'advtransfer[search]' "
+                            "(or pass --search random)") from None
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir():
+            raise UserError(f"--out {args.out!r} is a folder; give the path of the JSON file to write")
+        if not out.parent.is_dir():
+            raise UserError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist; create it first")
     zoo.ensure_trained([args.model, *validators], size, args.cache_dir, args.data_dir, device, not args.no_progress)
     card = zoo.read_card(args.model, size, args.cache_dir) or {}
     model = zoo.load_model(args.model, size, args.cache_dir, device)
     vals = [zoo.load_model(v, size, args.cache_dir, device) for v in validators]
-    data = load_dataset(card.get("dataset", "cifar10"), "train", args.data_dir)
     used = int((card.get("recipe") or {}).get("train_subset") or len(data))
     start = used if len(data) - used >= args.n else len(data) - args.n
     x, y = data.tensors(list(range(start, start + args.n)))[:2]
@@ -351,8 +367,11 @@ def cmd_pas(args: argparse.Namespace) -> int:
     print(f"best ({best['label']}, one-step ASR {best['score']:.3f}); as grid parameters:")
     print(f"  pas: {{gammas: {best['gammas']}, deltas: {best['deltas']}}}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"model": args.model, "validators": validators, "images": [start, start + args.n],
-                                              "eps": eps, "seed": args.seed, **res}, indent=1))
+        from .utils import atomic_write_text  # complete or absent, never half-written
+
+        atomic_write_text(Path(args.out), json.dumps({"model": args.model, "validators": validators,
+                                                      "images": [start, start + args.n], "eps": eps,
+                                                      "seed": args.seed, **res}, indent=1))
     return 0
 
 
@@ -408,11 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
-                "layers": cmd_layers, "pas": cmd_pas,
-                "compare": cmd_compare, "report": cmd_report, "distortion": cmd_distortion,
-                "golden": cmd_golden, "dumb": cmd_dumb, "lineage": cmd_lineage,
-                "whitebox-match": cmd_whitebox_match,
-                "knowledge": cmd_knowledge}[args.cmd](args)
+                "layers": cmd_layers, "pas": cmd_pas, **ANALYSIS_COMMANDS}[args.cmd](args)
     except UserError as exc:
         print(f"advtransfer: error: {exc}", file=sys.stderr)
         return 2

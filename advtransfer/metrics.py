@@ -63,7 +63,10 @@ def success_mask(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tens
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score 95% interval for k successes out of n (``(nan, nan)`` when n = 0)."""
+    """Wilson score interval (no continuity correction) for k successes out of n, as fractions in
+    [0, 1]; ``z`` the standard-normal quantile of the level (default 95%). ``(nan, nan)`` when n = 0.
+    The harness's one implementation: the results table, the report and Newcombe's paired interval
+    (:func:`advtransfer.analysis.stats.newcombe_paired_ci`) all use it."""
     if n <= 0:
         return (float("nan"), float("nan"))
     p = k / n

@@ -14,8 +14,20 @@ import pandas as pd
 FAMILY_ORDER = ["cnn", "mobile", "dense", "vit", "clip", "timm", "defended"]
 
 
-def _slug(s: str) -> str:
+def slug(s: str) -> str:
+    """``s`` as a file-name stem: every run of characters outside [A-Za-z0-9_.-] becomes one '-'."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only ever written to
+    files): the one place the harness selects a backend; every module that draws calls this."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = ("png", "pdf"), dpi: int = 150,
@@ -29,7 +41,7 @@ def save_figure(fig, out_dir: str | Path, stem: str, formats: tuple[str, ...] = 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
-        path = out_dir / f"{_slug(stem)}.{fmt}"
+        path = out_dir / f"{slug(stem)}.{fmt}"
         fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None)
         paths.append(path)
     plt.close(fig)
@@ -51,11 +63,9 @@ def transfer_matrix(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[
 
 def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """Write the heatmaps of ``RUN_DIR/results.parquet`` to ``RUN_DIR/figures/``; returns the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
+
+    plt = pyplot()
 
     from .store import RunStore
 
@@ -108,16 +118,12 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
 def plot_uaps(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     """One figure per universal cell of a run: δ amplified to the full range (grey = 0), a test
     image before and after, and (X-Transfer) how often the bandit used each surrogate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .data import CIFAR10_CLASSES
     from .store import RunStore
 
     if "universal" not in df.columns:
         return []
+    plt = pyplot()
     store = RunStore(run_dir)
     out_dir = Path(run_dir) / "figures"
     written = []
@@ -155,7 +161,7 @@ def plot_uaps(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)) -> l
         fig.suptitle(f"{r['attack_label']} · {r['surrogate']} · {kind} · crafted on {int(r['n_craft'])} train images\n"
                      f"ASR %: {fr}", fontsize=7)
         fig.tight_layout()
-        stem = _slug(f"uap_{r['attack_label']}_{r['surrogate']}_eps{r['eps_str'].replace('/', '-')}"
+        stem = slug(f"uap_{r['attack_label']}_{r['surrogate']}_eps{r['eps_str'].replace('/', '-')}"
                      f"{'_targeted' if bool(r['targeted']) else ''}")
         for fmt in formats:
             path = out_dir / f"{stem}.{fmt}"

@@ -201,7 +201,12 @@ class RunStore:
         path = self.root / "results.parquet"
         if not path.is_file():
             raise UserError(f"{self.root} holds no results.parquet; run `advtransfer grid` first or check the path")
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise UserError(f"{path} is unreadable ({type(exc).__name__}: damaged or truncated); rerun the "
+                            "`advtransfer grid` command that wrote this run folder: it keeps the finished cells "
+                            "and merges the table again from RUN/shards") from None
 
     # --- manifest ---------------------------------------------------------------------------
     def write_manifest(self, manifest: dict) -> None:
@@ -211,8 +216,18 @@ class RunStore:
         """The run's manifest ({} before the first run). ``reference`` is the grid spec's (None
         without one); manifests written before it was a field carry it only in the raw grid."""
         path = self.root / "manifest.json"
-        manifest = json.loads(path.read_text()) if path.is_file() else {}
-        if isinstance(manifest, dict) and manifest and "reference" not in manifest:
+        if not path.is_file():
+            return {}
+        try:
+            manifest = json.loads(path.read_text())
+        except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise UserError(f"{path} is unreadable ({type(exc).__name__}: damaged or truncated); delete it and "
+                            "rerun the `advtransfer grid` command that wrote this run folder (finished cells are "
+                            "kept) to write it again") from None
+        if not isinstance(manifest, dict):
+            raise UserError(f"{path} is not a JSON object; delete it and rerun the `advtransfer grid` command "
+                            "that wrote this run folder (finished cells are kept) to write it again")
+        if "reference" not in manifest:
             grid = manifest.get("grid")
             manifest["reference"] = grid.get("reference") if isinstance(grid, dict) else None
         return manifest

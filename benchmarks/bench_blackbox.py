@@ -1,4 +1,4 @@
-"""Benchmark: HopSkipJump (advtransfer.analysis.blackbox.hsja) before and after batching its
+"""Benchmark: HopSkipJump (advtransfer.analysis.measures.blackbox.hsja) before and after batching its
 victim queries in cache-sized chunks.
 
 Before: the queries of all images went to the victim in forward passes of 2,000 images. On a CPU
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--before-chunk", type=int, default=2000)
     args = ap.parse_args()
-    from advtransfer.analysis.blackbox import default_chunk, hsja
+    from advtransfer.analysis.measures.blackbox import default_chunk, hsja
     from advtransfer.data import eval_subset, load_dataset
 
     x, y, index = eval_subset(load_dataset("cifar10", "test"), args.n, 0)

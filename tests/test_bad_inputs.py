@@ -163,6 +163,50 @@ BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
      _grid(**_attack("cda", n_craft=60000)), ["grid"], "exceeds the"),
     ("gen-width-zero", "a generator of width 0", _grid(**_attack("cda", width=0)), ["grid"],
      "width must be a positive integer"),
+    # a run folder whose files were damaged (a disk filled up, a copy cut short): one line naming the file
+    ("compare-damaged", "compare on a run whose results.parquet is damaged", None, ["compare", "{run:results}"],
+     "results.parquet is unreadable"),
+    ("compare-two-damaged", "compare against a second run whose results.parquet is damaged", None,
+     ["compare", "{run:results}", "{run:results}"], "results.parquet is unreadable"),
+    ("report-damaged", "report on a run whose results.parquet is damaged", None, ["report", "{run:results}"],
+     "results.parquet is unreadable"),
+    ("report-manifest-damaged", "report on a run whose manifest.json is damaged", None, ["report", "{run:manifest}"],
+     "manifest.json is unreadable"),
+    ("report-table-damaged", "report on a run whose distortion.parquet (a measure's table) is damaged", None,
+     ["report", "{run:distortion}"], "distortion.parquet is unreadable"),
+    ("plot-damaged", "plot on a run whose results.parquet is damaged", None, ["plot", "{run:results}"],
+     "results.parquet is unreadable"),
+    ("distortion-damaged", "distortion on a run whose results.parquet is damaged", None,
+     ["distortion", "{run:results}"], "results.parquet is unreadable"),
+    ("golden-damaged", "golden --check of a run whose results.parquet is damaged", None,
+     ["golden", "{run:results}", "--check"], "results.parquet is unreadable"),
+    ("dumb-damaged", "dumb on a run whose results.parquet is damaged", None, ["dumb", "{run:results}"],
+     "results.parquet is unreadable"),
+    ("lineage-damaged", "lineage on a run whose results.parquet is damaged", None, ["lineage", "{run:results}"],
+     "results.parquet is unreadable"),
+    ("whitebox-match-damaged", "whitebox-match with a damaged ladder run", None,
+     ["whitebox-match", "{run:results}", "--ladder", "{run:results}", "--attack", "mifgsm"],
+     "results.parquet is unreadable"),
+    # pas checks every argument before it trains the surrogate and the validators
+    ("pas-validator-unknown", "pas with a validator the zoo lacks", None,
+     ["pas", "resnet20_a", "--validators", "vgg_z", "--search", "random"], "vgg_z"),
+    ("pas-budget-zero", "pas with --budget 0", None,
+     ["pas", "resnet20_a", "--validators", "vgg_a", "--budget", "0", "--search", "random"], "--budget must be >= 1"),
+    ("pas-n-too-large", "pas scoring on more images than the training split", None,
+     ["pas", "resnet20_a", "--validators", "vgg_a", "--n", "1000000", "--search", "random"], "exceeds the"),
+    ("pas-eps-range", "pas with a step above 1", None,
+     ["pas", "resnet20_a", "--validators", "vgg_a", "--eps", "8", "--search", "random"], "outside (0, 1]"),
+    ("pas-out-folder", "pas --out in a folder that does not exist", None,
+     ["pas", "resnet20_a", "--validators", "vgg_a", "--search", "random", "--out", "{out}/paths.json"],
+     "does not exist"),
+    ("compare-out-file", "compare --out naming an existing file", None, ["compare", "{run:results}", "--out", "{file}"],
+     "is a file, not a folder"),
+    ("report-out-under-file", "report --out inside an existing file", None, ["report", "{run:results}", "--out", "{file}/r"],
+     "lies under the file"),
+    ("knowledge-out-file", "knowledge --out naming an existing file", None, ["knowledge", "--out", "{file}"],
+     "is a file"),
+    ("knowledge-unknown", "knowledge of a model the zoo lacks", None, ["knowledge", "resnet21_a", "--out", "{out}"],
+     "did you mean"),
     ("zoo-unknown", "zoo train of a model the zoo lacks", None, ["zoo", "train", "resnet21_a"], "did you mean"),
     ("env-size", "ADVTRANSFER_SIZE set to a size that does not exist", None, ["zoo", "list"], "ADVTRANSFER_SIZE"),
     ("env-device", "ADVTRANSFER_DEVICE set to a device that does not exist", None, ["grid", "ci"], "ADVTRANSFER_DEVICE"),
@@ -192,6 +236,31 @@ def _write_npz(folder: Path, kind: str) -> Path:
     return folder
 
 
+def _damaged_run(folder: Path, part: str) -> Path:
+    """A run folder (results.parquet, manifest.json) with one file damaged: ``results`` a
+    results.parquet cut short, ``manifest`` a manifest.json that is not JSON, any other ``part`` a
+    ``<part>.parquet`` cut short (a measure's table)."""
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"cell_id": ["c1"], "surrogate": ["resnet20_a"], "victim": ["vgg_a"], "attack_label": ["ifgsm"],
+                  "asr": [0.5]}).to_parquet(folder / "results.parquet")
+    (folder / "manifest.json").write_text('{"grid": {"name": "ci"}}')
+    if part == "results":
+        (folder / "results.parquet").write_bytes((folder / "results.parquet").read_bytes()[:200])
+    elif part == "manifest":
+        (folder / "manifest.json").write_text('{"grid": {"name": "ci"')
+    else:  # a complete run (tests/test_compare.py's, compared) with a table a measure wrote beside it cut short
+        from test_compare import make_run
+
+        from advtransfer.analysis.measures.compare import refresh_comparisons
+
+        make_run(folder)
+        refresh_comparisons(folder)
+        (folder / f"{part}.parquet").write_bytes((folder / "results.parquet").read_bytes()[:200])
+    return folder
+
+
 def _materialise(tmp: Path, grid, args: list[str]) -> list[str]:
     out = tmp / "out"
     (tmp / "a-file").write_text("not a folder\n")
@@ -202,6 +271,8 @@ def _materialise(tmp: Path, grid, args: list[str]) -> list[str]:
     for a in args:
         if a.startswith("{data:"):
             a = str(_write_npz(tmp / f"data-{a[6:-1]}", a[6:-1]))
+        if a.startswith("{run:"):
+            a = str(_damaged_run(tmp / f"run-{a[5:-1]}", a[5:-1]))
         filled.append(a.replace("{out}", str(out)).replace("{file}", str(tmp / "a-file")).replace("{dir}", str(foreign)))
     if grid is not None:
         g = tmp / "grid.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advtransfer.analysis.blackbox import hsja
+from advtransfer.analysis.measures.blackbox import hsja
 from advtransfer.errors import UserError
 from linear_model import Linear2
 

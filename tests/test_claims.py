@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advtransfer.analysis.claims import claims_table, format_claims, load_claims
+from advtransfer.analysis.measures.claims import claims_table, format_claims, load_claims
 from advtransfer.errors import UserError
 from test_compare import DESIGN, make_run
 

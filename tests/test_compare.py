@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advtransfer.analysis.compare import compare_run, compare_runs
+from advtransfer.analysis.measures.compare import compare_run, compare_runs
 from advtransfer.analysis.stats import mcnemar_exact, newcombe_paired_ci
 from advtransfer.cli import main
 
@@ -37,7 +37,7 @@ def _outcomes(victim: str, which: str, drop: int = 0) -> tuple[np.ndarray, np.nd
 
 
 def _row(label: str, attack: str, cell: str, victim: str, clean: np.ndarray, succ: np.ndarray, **kw) -> dict:
-    from advtransfer.analysis.stats import wilson_interval
+    from advtransfer.metrics import wilson_interval
 
     nc, ns = int(clean.sum()), int(succ.sum())
     lo, hi = wilson_interval(ns, nc)
@@ -234,7 +234,7 @@ def test_run_without_baselines_points_to_its_grid_reference(tmp_path):
     import pandas as pd
     import pytest
 
-    from advtransfer.analysis.compare import compare_run
+    from advtransfer.analysis.measures.compare import compare_run
     from advtransfer.errors import UserError
     from advtransfer.store import RunStore
 

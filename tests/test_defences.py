@@ -322,7 +322,7 @@ def test_defended_rows_in_a_grid(trained, cache_dir, tmp_path):
     report = (run / "report" / "report.md").read_text()
     assert "Stochastic and abstaining defences" in report and "resnet20_b_resize" in report.split("worst draw")[1]
     # victims compared on the same examples, paired on images both classify correctly
-    from advtransfer.analysis.compare import compare_victims
+    from advtransfer.analysis.measures.compare import compare_victims
 
     cmp = compare_victims(run, "resnet20_b")
     assert list(cmp["a_label"]) == ["resnet20_b_resize"] and (cmp["b_label"] == "resnet20_b").all()
@@ -338,7 +338,7 @@ def test_compare_victims_pools_victim_replicates_as_strata(monkeypatch):
     victim without replicates is paired with the reference itself."""
     import pandas as pd
 
-    from advtransfer.analysis import compare
+    from advtransfer.analysis.measures import compare
 
     n = 10
     outcome = {"d": 2, "d@r1": 3, "p": 6, "p@r1": 7, "q": 6}  # successes among the 10 images

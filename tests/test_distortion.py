@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from advtransfer.analysis.distortion import (curve_auc, linf_grid, min_scale_search, success_curve,
-                                             summarize)
+from advtransfer.analysis.measures.distortion import (curve_auc, linf_grid, min_scale_search, success_curve,
+                                                      summarize)
 from advtransfer.errors import UserError
 from linear_model import Linear2
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advtransfer.analysis.exposure import asr_eps_curve, exposure_table
-from advtransfer.analysis.fit import nmi_errors, prediction_entropy
-from advtransfer.analysis.similarity import sat_pair
+from advtransfer.analysis.measures.exposure import asr_eps_curve, exposure_table
+from advtransfer.analysis.measures.fit import nmi_errors, prediction_entropy
+from advtransfer.analysis.measures.similarity import sat_pair
 
 
 def _fake_run(tmp_path):

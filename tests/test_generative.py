@@ -289,7 +289,7 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     assert (m["surrogate_passes"] == 2 * 60).all()  # 2 steps on each of the 60 test images
     # held-out transfer pooled over the victims that are not the surrogate, beside MI-FGSM of the same
     # targeted flag: the pooled rate is the rows' summed counts, the difference the paired one
-    from advtransfer.analysis.report_generative import held_out_transfer
+    from advtransfer.analysis.report.generative import held_out_transfer
 
     ho = held_out_transfer(out, df).set_index("attack_label")
     assert set(ho.index) == {"mifgsm", "mifgsm_t", "cda", "cgnc"} and (ho["held_out"] == "resnet20_b+vgg_a").all()

@@ -18,9 +18,9 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.analysis.golden import (COUNTS_FILE, META_FILE, REFRESH_COMMAND, Tolerance, bits_to_hex,
-                                         check_against_baseline, compare_tables, counts_table, failure_message,
-                                         hex_to_bits, read_baseline, write_baseline)
+from advtransfer.analysis.measures.golden import (COUNTS_FILE, META_FILE, REFRESH_COMMAND, Tolerance, bits_to_hex,
+                                                  check_against_baseline, compare_tables, counts_table, failure_message,
+                                                  hex_to_bits, read_baseline, write_baseline)
 from advtransfer.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -217,6 +217,6 @@ def test_bad_baseline_folder_is_one_line_error(golden, tmp_path, capsys):
 
 def test_default_baseline_is_the_committed_one(golden):
     """Without --baseline the CLI checks against results/baselines/<grid> of the checkout."""
-    from advtransfer.analysis.cli_golden import default_baseline
+    from advtransfer.analysis.cli.golden import default_baseline
 
     assert default_baseline(golden["run"]) == BASELINE

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from advtransfer.analysis.stats import (compare_paired, holm, mcnemar_exact, newcombe_paired_ci,
-                                        paired_bootstrap_ci, stratified_paired_test, verdict, wilson_interval)
+                                        paired_bootstrap_ci, stratified_paired_test, verdict)
+from advtransfer.metrics import wilson_interval
 
 
 def test_mcnemar_exact_by_hand():
@@ -30,6 +31,11 @@ def test_wilson_by_hand():
     assert lo == pytest.approx(0.5 - half) and hi == pytest.approx(0.5 + half)
     assert lo == pytest.approx(0.2366, abs=1e-4)
     assert math.isnan(wilson_interval(0, 0)[0])
+    # one implementation for the results table and for Newcombe's interval: its default z is the
+    # 95% quantile Newcombe passes, so a 95% interval is the same number in both
+    from scipy.stats import norm
+
+    assert wilson_interval(5, 10) == wilson_interval(5, 10, float(norm.ppf(0.975)))
 
 
 @pytest.mark.parametrize("table, expected", [

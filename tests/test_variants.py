@@ -153,7 +153,7 @@ def test_evaluation_scores_a_downstream_victim_on_its_own_labels():
 def test_knowledge_metrics_of_a_model_with_itself():
     """α1(f→f) = 1 (the perturbation is f's own), α2 ≤ 1 always, and a model whose logits ignore
     the input shows no deviation at all."""
-    from advtransfer.analysis.knowledge import transfer_metrics
+    from advtransfer.analysis.measures.knowledge import transfer_metrics
     from advtransfer.data import eval_subset
     from advtransfer.models.archs import ImageClassifier, build_arch
 
@@ -232,7 +232,7 @@ def test_descendants_start_from_their_source_and_linear_probes_keep_the_features
 
 
 def test_lineage_dumb_and_knowledge_end_to_end(tiny_env, tmp_path, cache_dir):
-    from advtransfer.analysis.mismatch import dumb_table, lineage_table, relation
+    from advtransfer.analysis.measures.mismatch import dumb_table, lineage_table, relation
     from advtransfer.cli import main
     from advtransfer.models.catalogue import load_specs
 
@@ -322,7 +322,7 @@ def test_downstream_models_are_victims_only_and_never_targeted(tiny_env, tmp_pat
 def test_knowledge_correlations_separate_the_tasks_from_the_sources():
     """Pooled over tasks, ρ picks up a task effect (one task has both the larger α1 and the larger
     gain); within each task it compares sources, where this made-up table has the opposite order."""
-    from advtransfer.analysis.knowledge import correlations
+    from advtransfer.analysis.measures.knowledge import correlations
 
     df = pd.DataFrame({"labels": ["a"] * 4 + ["b"] * 4,
                        "alpha1": [0.1, 0.2, 0.3, 0.4, 0.7, 0.8, 0.9, 1.0],

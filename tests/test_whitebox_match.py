@@ -1,4 +1,4 @@
-"""Transfer at equal white-box success (advtransfer.analysis.whitebox_match)."""
+"""Transfer at equal white-box success (advtransfer.analysis.measures.whitebox_match)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from advtransfer.analysis.whitebox_match import _interp
+from advtransfer.analysis.measures.whitebox_match import _interp
 
 
 def test_interpolation_on_the_ladder():

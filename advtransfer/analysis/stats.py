@@ -47,18 +47,6 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(min(1.0, binomtest(b, b + c, 0.5, alternative="two-sided").pvalue))
 
 
-def wilson_interval(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval (no continuity correction) for ``k`` successes of ``n``; ``(nan, nan)`` if n = 0."""
-    if n <= 0:
-        return (math.nan, math.nan)
-    z = _z(conf)
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def newcombe_paired_ci(a: int, b: int, c: int, d: int, conf: float = 0.95) -> tuple[float, float]:
     """Newcombe's (1998, Stat Med 17:2635, method 10) interval for ``p_a - p_b`` from a paired 2×2 table.
 
@@ -78,9 +66,12 @@ def newcombe_paired_ci(a: int, b: int, c: int, d: int, conf: float = 0.95) -> tu
     n = a + b + c + d
     if n == 0:
         return (math.nan, math.nan)
+    from ..metrics import wilson_interval  # the harness's one Wilson interval (imported here: it loads torch)
+
     p1, p2 = (a + b) / n, (a + c) / n
-    l1, u1 = wilson_interval(a + b, n, conf)
-    l2, u2 = wilson_interval(a + c, n, conf)
+    z = _z(conf)
+    l1, u1 = wilson_interval(a + b, n, z)
+    l2, u2 = wilson_interval(a + c, n, z)
     den = float(a + b) * (c + d) * (a + c) * (b + d)
     if den == 0:
         phi = 0.0

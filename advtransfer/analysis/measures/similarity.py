@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..utils import write_table
-from .exposure import _joined
+from ...utils import write_table
+from ..runs import joined_samples
 
 EPS_S = 0.1
 SAT_MAX = math.log(100.0)
@@ -47,7 +47,7 @@ def sat_pair(a_clean_ok, b_clean_ok, a_own_fooled, b_own_fooled, a_fooled_by_b, 
 def sat_tables(run_dir: str | Path, eps_s: float = EPS_S, write: bool = True) -> pd.DataFrame:
     """Long table (attack_label, eps, model_a, model_b, sat, n_pairs, transfer_pct) of every pair
     of models that appear as single surrogates and as victims; RUN/similarity.parquet/.csv."""
-    s = _joined(run_dir)
+    s = joined_samples(run_dir)
     singles = s[~s["surrogate"].str.contains(r"\+", regex=True)]
     rows = []
     for (lab, eps), g in singles.groupby(["attack_label", "eps"], sort=True):
@@ -93,12 +93,11 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
                     formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """RUN/figures/sat_similarity.* (heatmap, SAT and transfer % in each cell) and
     sat_dendrogram.* (average-linkage clustering on log 100 − SAT); needs ≥ 2 models."""
-    import matplotlib
+    from ...plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
-    from ..plots import save_figure
+    from ...plots import save_figure
     from scipy.cluster.hierarchy import dendrogram, linkage
     from scipy.spatial.distance import squareform
 

@@ -1,13 +1,15 @@
-"""``advtransfer compare`` and ``advtransfer report`` (registered in :mod:`advtransfer.cli`)."""
+"""``advtransfer compare RUN [RUN_B]``: paired comparisons of attacks (or surrogates, victims, runs)
+written as comparisons.parquet/.csv and forest plots."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from ...errors import UserError
+from ..runs import check_out_dir
 
 
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare", help="paired comparisons (exact McNemar, 95%% CI, Holm) of attacks vs their matched baselines, "
                         "or of two runs; writes comparisons.parquet/csv and forest plots",
@@ -30,10 +32,11 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plot", action="store_true", help="do not draw the forest plots")
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot, format_table,
-                          write_comparisons)
+def run(args: argparse.Namespace) -> int:
+    from ..measures.compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot,
+                                    format_table, write_comparisons)
 
+    check_out_dir(args.out)
     out = Path(args.out) if args.out else Path(args.run_dir)
     if args.reference and args.reference_victim:
         raise UserError("--reference compares surrogates and --reference-victim victims: give one of them")
@@ -61,20 +64,4 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.no_plot:
         figs = forest_plot(df, out, stem)
         print(f"forest plots: {len(figs)} files in {out / 'figures'}/")
-    return 0
-
-
-def add_report_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write RUN/report/report.md, report.html and LaTeX tables of a run",
-                       description="Report of a run folder: configuration, clean accuracies, ASR tables with "
-                                   "Wilson intervals, transfer matrices, comparisons as sentences, compute.")
-    p.add_argument("run_dir", metavar="RUN")
-    p.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report
-
-    paths = build_report(args.run_dir, args.out)
-    print(f"report: {paths['md']} and {paths['html']}; {len(paths['tex'])} LaTeX tables in {paths['md'].parent / 'tables'}/")
     return 0

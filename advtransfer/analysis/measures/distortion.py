@@ -50,9 +50,10 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
-from ..store import RunStore
-from ..utils import atomic_path
+from ...errors import UserError
+from ...store import RunStore
+from ...utils import atomic_path
+from ..runs import read_samples, run_context
 
 DEFAULT_CAP = 4.0
 DEFAULT_REL_TOL = 1.0 / 64
@@ -68,7 +69,7 @@ def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
 
 @torch.no_grad()
 def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bool) -> torch.Tensor:
-    from ..metrics import ABSTAIN, decide
+    from ...metrics import ABSTAIN, decide
 
     pred = decide(victim, victim(x))
     return pred == goal if targeted else (pred != goal) & (pred != ABSTAIN)
@@ -202,12 +203,6 @@ def summarize(min_linf: np.ndarray | Sequence[float], min_l2: np.ndarray | Seque
 
 # --- run folders --------------------------------------------------------------------------------
 
-def read_samples(run_dir: str | Path) -> pd.DataFrame:
-    """All per-image tables of a run concatenated, each checked against its checksum (empty
-    frame when there are none)."""
-    return RunStore(run_dir).all_samples()
-
-
 def _measured(df: pd.DataFrame, victim: str) -> bool:
     if "min_scale" not in df.columns:
         return False
@@ -224,29 +219,18 @@ class _Models:
     def get(self, name: str, size: str) -> nn.Module:
         key = (name, size)
         if key not in self._m:
-            from ..models import zoo
+            from ...models import zoo
 
             self._m[key] = zoo.load_model(name, size, self.cache, self.device)
         return self._m[key]
-
-
-def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
-    """(results table, manifest) of a run folder; UserError if it is not one."""
-    from ..store import RunStore
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"run folder {str(run_dir)!r} does not exist")
-    store = RunStore(run_dir)
-    return store.read_results(), store.read_manifest()
 
 
 def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(x, x_adv, y, target or None, index) of a cached cell: clean images reloaded from the
     dataset by the cached dataset indices (they must lie in the grid's n/start subset)."""
-    from ..data import eval_subset, load_dataset
-    from ..store import RunStore
+    from ...data import eval_subset, load_dataset
+    from ...store import RunStore
 
     cached = RunStore(run_dir).load_adv(cell_id)
     if cached is None:
@@ -341,4 +325,4 @@ def write_summary(run_dir: str | Path, res: pd.DataFrame | None = None, r_max: f
 
 
 __all__ = ["min_scale_search", "success_curve", "curve_auc", "summarize", "measure_run", "write_summary",
-           "read_samples", "cell_images", "linf_grid", "DEFAULT_CAP", "DEFAULT_REL_TOL", "DEFAULT_ABS_TOL"]
+           "cell_images", "linf_grid", "DEFAULT_CAP", "DEFAULT_REL_TOL", "DEFAULT_ABS_TOL"]

@@ -96,7 +96,7 @@ def register_section(fn: SectionFn) -> SectionFn:
 MINUS = "\u2212"
 
 
-def _signed(v: float, digits: int = 1) -> str:
+def signed(v: float, digits: int = 1) -> str:
     """``+1.2`` / ``−1.9`` (typographic minus); ``n/a`` for NaN."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
@@ -104,7 +104,7 @@ def _signed(v: float, digits: int = 1) -> str:
     return s.replace("-", MINUS)
 
 
-def _pct(v: float, digits: int = 1) -> str:
+def pct(v: float, digits: int = 1) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f}"
 
 
@@ -117,11 +117,11 @@ def format_p(p: float) -> str:
     return f"{p:.2g}" if p < 0.995 else "1"
 
 
-def _tex_name(s: str) -> str:
+def tex_name(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s.replace("/", "-")).strip("-")
 
 
-def _html_escape(s: str) -> str:
+def html_escape(s: str) -> str:
     from markupsafe import escape
 
     return str(escape(s))

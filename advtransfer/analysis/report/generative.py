@@ -4,7 +4,7 @@ are compared at stated compute; every attack's held-out transfer pooled over the
 not its surrogates, with the paired difference to MI-FGSM on the same surrogate, images and
 victims (:func:`held_out_transfer`); and the per-target success of targeted rows.
 
-Registered with :func:`advtransfer.analysis.report_base.register_section` on import (``report.py``
+Registered with :func:`advtransfer.analysis.report.base.register_section` on import (``report/core.py``
 imports this module at its end). Both sections return ``None`` for runs they have nothing to say
 about (no generative cell; no targeted row with per-target counts).
 """
@@ -16,10 +16,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from ..schema import CRAFT_FIT_IMAGES
-from .report_base import MINUS, Block, ReportContext, Section, Table, _pct, _tex_name, register_section
-from .stats import wilson_interval
+from ...errors import UserError
+from ...metrics import wilson_interval
+from ...schema import CRAFT_FIT_IMAGES
+from .. import pooling
+from .base import MINUS, Block, ReportContext, Section, Table, pct, register_section, tex_name
 
 #: the per-image attack a learned attack is compared with on the same surrogate (same targeted flag)
 BASELINE_ATTACK = "mifgsm"
@@ -58,7 +59,7 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
                      _num(r.get("n_craft")) if learned else "",
                      "" if pd.isna(gen) or int(gen) < 0 else f"{int(gen):,}",
                      _num(r.get("gen_train_s"), "{:.0f}"), _num(r["craft_s"], "{:.0f}"),
-                     _pct(r["craft_fooling_rate"]) if learned and not pd.isna(r.get("craft_fooling_rate")) else "",
+                     pct(r["craft_fooling_rate"]) if learned and not pd.isna(r.get("craft_fooling_rate")) else "",
                      _num(r.get("aux_passes"))])
     blocks: list[Block] = [
         "Surrogate compute of every cell, so learned and per-image attacks are compared at stated cost. "
@@ -96,8 +97,6 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
     attack would score had it been asked for a random other class, the chance level its ``asr``
     must beat to show it follows its target; ``over_other`` = asr − other_target with its paired
     bootstrap interval (NaN where the labels or targets cannot be read)."""
-    from .mismatch import _boot_weights, _diff, _Images, _pooled
-
     res = results[results["match"].fillna("none").astype(str) == "none"] if "match" in results.columns else results
     res = res.copy()
     res["seed"] = res["seed"] if "seed" in res.columns else 0
@@ -111,11 +110,11 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
                                   for a in labels])
         if not held:
             continue
-        images = _Images(run_dir, grp)
-        W = _boot_weights(len(images.index), seed)
+        images = pooling.Images(run_dir, grp)
+        W = pooling.boot_weights(len(images.index), seed)
 
         def pooled(sub: pd.DataFrame) -> tuple:
-            return _pooled(*images.summed(sub), W)
+            return pooling.pooled(*images.summed(sub), W)
 
         stats: dict[str, tuple] = {}
         rows = {}
@@ -123,13 +122,13 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
             sub = grp[grp["attack_label"] == a]
             first = sub.iloc[0]
             S, C = images.summed(sub[sub["victim"].isin(held)])
-            ho = _pooled(S, C, W)
+            ho = pooling.pooled(S, C, W)
             O = _other_target(run_dir, images, sub[sub["victim"].isin(held)], labels_of) if bool(first["targeted"]) else None
             over = {"other_target": math.nan, "over_other": math.nan, "over_other_ci_low": math.nan,
                     "over_other_ci_high": math.nan}
             if O is not None and C.sum():
                 # the margin is a pooled rate itself: Σ(hits − other) / Σ clean-correct, resampled alike
-                margin, lo, hi, _ = _pooled(S - O, C, W)
+                margin, lo, hi, _ = pooling.pooled(S - O, C, W)
                 over = {"other_target": float(O.sum() / C.sum()), "over_other": margin,
                         "over_other_ci_low": lo, "over_other_ci_high": hi}
             wb = sub[sub["is_whitebox"].astype(bool)]
@@ -147,7 +146,7 @@ def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataF
                     and rows[b]["targeted"] == row["targeted"] and rows[b]["attack_kind"] != "generative"]
             if base and row["attack"] != BASELINE_ATTACK:
                 b = BASELINE_ATTACK if BASELINE_ATTACK in base else base[0]
-                row.update(baseline=b, **_diff(stats[a], stats[b]))
+                row.update(baseline=b, **pooling.pooled_diff(stats[a], stats[b]))
             out.append(row)
     return pd.DataFrame(out)
 
@@ -161,8 +160,8 @@ def _labels_reader(run_dir):
         if "v" not in cache:
             cache["v"] = None
             try:
-                from ..data import load_dataset
-                from ..store import RunStore
+                from ...data import load_dataset
+                from ...store import RunStore
 
                 grid = RunStore(run_dir).read_manifest().get("grid") or {}
                 ds = load_dataset(str(grid.get("dataset", "cifar10")), str(grid.get("split", "test")))
@@ -176,7 +175,7 @@ def _labels_reader(run_dir):
 
 def _cell_targets(run_dir, cell_id: str) -> dict[int, int] | None:
     """Dataset index -> target class of a targeted cell, from its saved examples; None without them."""
-    from ..store import RunStore
+    from ...store import RunStore
 
     loaded = RunStore(run_dir).load_adv(cell_id)
     if loaded is None or "target" not in loaded[0] or "index" not in loaded[0]:
@@ -244,8 +243,8 @@ def section_generative_transfer(ctx: ReportContext) -> Section | None:
         sub = sub.assign(_gen=sub["attack_kind"] == "generative").sort_values(
             ["targeted", "_gen", "attack_label"], kind="stable")
         rows = [[r["attack_label"], r["attack_kind"], "yes" if r["targeted"] else "no", _num(r["surrogate_passes"]),
-                 _pct(r["whitebox_asr"]), f"{_pct(r['asr'])} [{_pct(r['asr_ci_low'])}, {_pct(r['asr_ci_high'])}]",
-                 (f"{_pct(r['other_target'])} ({_signed_pct(r['over_other'])} [{_signed_pct(r['over_other_ci_low'])}, "
+                 pct(r["whitebox_asr"]), f"{pct(r['asr'])} [{pct(r['asr_ci_low'])}, {pct(r['asr_ci_high'])}]",
+                 (f"{pct(r['other_target'])} ({_signed_pct(r['over_other'])} [{_signed_pct(r['over_other_ci_low'])}, "
                   f"{_signed_pct(r['over_other_ci_high'])}])" if r["targeted"] and not pd.isna(r["other_target"]) else ""),
                  (f"{_signed_pct(r['diff'])} [{_signed_pct(r['diff_ci_low'])}, {_signed_pct(r['diff_ci_high'])}]"
                   if r["baseline"] else "")]
@@ -254,7 +253,7 @@ def section_generative_transfer(ctx: ReportContext) -> Section | None:
         blocks.append(Table(["attack", "kind", "targeted", "surrogate passes", "white-box %", "held-out % [95%]",
                              "other target % (target − other [95%])", "vs MI-FGSM, points [95%]"], rows,
                             f"surrogate {sur} · ε = {eps_str} · seed {sd}: held out {held}",
-                            tex=_tex_name(f"generative_transfer_{sur}_eps{eps_str}_seed{sd}")))
+                            tex=tex_name(f"generative_transfer_{sur}_eps{eps_str}_seed{sd}")))
     return Section("Generative attacks: held-out transfer", blocks, "generative-transfer")
 
 
@@ -285,7 +284,7 @@ def section_per_target(ctx: ReportContext) -> Section | None:
             for v in victims:
                 k, n, _ = per[v].get(c, [0, 0, None])
                 lo, hi = wilson_interval(int(k), int(n))
-                row.append(f"{_pct(k / n) if n else 'n/a'} [{_pct(lo)}, {_pct(hi)}] ({k}/{n})")
+                row.append(f"{pct(k / n) if n else 'n/a'} [{pct(lo)}, {pct(hi)}] ({k}/{n})")
             rows.append(row)
         wb = {v for v in victims if bool(sub[sub["victim"] == v]["is_whitebox"].any())}
         cols = ["target"] + [f"{v} †" if v in wb else v for v in victims]
@@ -295,9 +294,9 @@ def section_per_target(ctx: ReportContext) -> Section | None:
             cols.append("held out, pooled")
             for row, c in zip(rows, classes):
                 k, n, lo, hi = pooled.get(int(c), (0, 0, math.nan, math.nan))
-                row.append(f"{_pct(k / n) if n else 'n/a'} [{_pct(lo)}, {_pct(hi)}] ({k}/{n})")
+                row.append(f"{pct(k / n) if n else 'n/a'} [{pct(lo)}, {pct(hi)}] ({k}/{n})")
         blocks.append(Table(cols, rows, f"{label} · surrogate {surrogate} · ε = {eps_str}: target hit % per class "
-                                        f"(† white-box)", tex=_tex_name(f"per_target_{label}_{surrogate}_eps{eps_str}")))
+                                        f"(† white-box)", tex=tex_name(f"per_target_{label}_{surrogate}_eps{eps_str}")))
     return Section("Targeted attacks per target class", blocks, "per-target")
 
 
@@ -305,22 +304,21 @@ def _per_target_pooled(run_dir, rows: pd.DataFrame) -> dict[int, tuple[int, int,
     """Per target class: (hits, clean-correct images aimed at it, 95% bootstrap interval) pooled over
     ``rows`` (one targeted cell, several victims); the bootstrap resamples the test images (shared
     by every victim). None when the cell's examples or per-image tables are not in the run."""
-    from .mismatch import _boot_weights, _Images, _pooled
 
     try:
         target = _cell_targets(run_dir, str(rows["cell_id"].iloc[0]))
-        images = _Images(run_dir, rows)
+        images = pooling.Images(run_dir, rows)
     except UserError:
         return None
     if target is None:
         return None
     t = np.array([target.get(int(i), -1) for i in images.index])
     S, C = images.summed(rows)
-    W = _boot_weights(len(images.index))
+    W = pooling.boot_weights(len(images.index))
     out = {}
     for cls in sorted(set(t.tolist()) - {-1}):
         m = (t == cls).astype(np.int64)
-        asr, lo, hi, _ = _pooled(S * m, C * m, W)
+        asr, lo, hi, _ = pooling.pooled(S * m, C * m, W)
         out[int(cls)] = (int((S * m).sum()), int((C * m).sum()), lo, hi)
     return out
 
@@ -328,7 +326,7 @@ def _per_target_pooled(run_dir, rows: pd.DataFrame) -> dict[int, tuple[int, int,
 def _class_names(ctx: ReportContext) -> list[str]:
     dataset = str((ctx.manifest.get("grid") or {}).get("dataset", ""))
     if dataset.startswith("cifar10"):
-        from ..data import CIFAR10_CLASSES
+        from ...data import CIFAR10_CLASSES
 
         return list(CIFAR10_CLASSES)
     return []

@@ -1,5 +1,7 @@
-"""Black-box yardstick: HopSkipJump (Chen, Jordan & Wainwright, IEEE S&P 2020), decision-based,
-no surrogate, with an exact per-image query budget.
+"""Black-box yardstick: HopSkipJump (Chen, Jordan & Wainwright, IEEE S&P 2020), a decision-based attack
+on each victim itself (no surrogate, nothing transferred), with an exact per-image query budget. It
+lives with the measures, not the attack registry: it answers how far a query attacker must go
+(minimal distortion found), beside the transfer directions of the run.
 
 Why our own code: the Adversarial Robustness Toolbox's ``HopSkipJump`` (1.20) installs, but it has
 no total query budget (``max_iter``, ``max_eval``, ``init_eval`` and ``init_size`` cap pieces of
@@ -49,8 +51,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
-from ..utils import atomic_path
+from ...errors import UserError
+from ...utils import atomic_path
 
 
 class _Oracle:
@@ -264,7 +266,7 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
     queries_used = min(queries, budget), clean_correct) and ``RUN/blackbox_summary.csv`` (per victim,
     norm and budget: median min L2 / L∞ over clean-correct images, ASR at the grid's ε for the
     L∞ variant). Rows already present (same victim, norm, budget, index) are not recomputed."""
-    from .distortion import run_context
+    from ..runs import run_context
 
     budgets = sorted({int(b) for b in budgets})
     if not budgets or budgets[0] < 1:
@@ -273,8 +275,8 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
         raise UserError(f"--blackbox-n must be positive, got {n_images}")
     frames = []
     if run_dir is not None:
-        from ..data import eval_subset, load_dataset
-        from ..models import zoo
+        from ...data import eval_subset, load_dataset
+        from ...models import zoo
 
         res, manifest = run_context(run_dir)
         grid = manifest.get("grid") or {}
@@ -349,23 +351,4 @@ class _Device(nn.Module):
         return self.model(x.to(self.device)).cpu()
 
 
-def summarize_blackbox(table: pd.DataFrame, eps: Sequence[float] = ()) -> pd.DataFrame:
-    """Per (victim, norm, budget) over clean-correct images: n, median/q25/q75 of the minimal L2
-    and L∞ found (inf = none found), mean queries used, and for each ε the fraction of images with
-    min_linf ≤ ε (the HSJA ASR at that L∞ ε; meaningful for the L∞ variant)."""
-    rows = []
-    for (v, nm, b), g in table.groupby(["victim", "norm", "budget"], sort=True):
-        g = g[g["clean_correct"]]
-        r = {"victim": v, "norm": nm, "budget": int(b), "n_clean_correct": len(g),
-             "mean_queries": float(g["queries_used"].mean()) if len(g) else float("nan")}
-        for k in ("l2", "linf"):
-            vals = g[f"min_{k}"].to_numpy(dtype=float)
-            for s, p in (("q25", .25), ("median", .5), ("q75", .75)):
-                r[f"{s}_min_{k}"] = float(np.quantile(vals, p, method="inverted_cdf")) if len(vals) else float("nan")
-        for e in eps:
-            r[f"asr_linf_{e:.4f}"] = float((g["min_linf"] <= e + 1e-9).mean()) if len(g) else float("nan")
-        rows.append(r)
-    return pd.DataFrame(rows)
-
-
-__all__ = ["hsja", "measure_blackbox", "summarize_blackbox"]
+__all__ = ["hsja", "measure_blackbox"]

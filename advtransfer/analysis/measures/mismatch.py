@@ -21,85 +21,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
+from ...errors import UserError
+from ..pooling import Images, boot_weights, pooled, pooled_diff
+from ..runs import read_results
 
-N_BOOT = 2000
 AXES = ("source", "arch", "balance")
 
 
-# --- per-image success of every row -------------------------------------------------------------
-
-class _Images:
-    """Per-image success and clean-correct flags of a run's rows on a common image axis."""
-
-    def __init__(self, run_dir: str | Path, res: pd.DataFrame) -> None:
-        from ..store import RunStore
-
-        self.store = RunStore(run_dir)
-        self._cache: dict[str, pd.DataFrame] = {}
-        ids = []
-        for cid in res["cell_id"].unique():
-            ids.append(self._cell(cid)["index"].to_numpy())
-        self.index = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
-        self.pos = {int(i): k for k, i in enumerate(self.index)}
-
-    def _cell(self, cell_id: str) -> pd.DataFrame:
-        if cell_id not in self._cache:
-            self._cache[cell_id] = self.store.read_samples(cell_id, required=True)
-        return self._cache[cell_id]
-
-    def row(self, cell_id: str, victim: str) -> tuple[np.ndarray, np.ndarray]:
-        """(success, clean_correct) as int arrays on the run's image axis (0 where not evaluated)."""
-        df = self._cell(cell_id)
-        df = df[df["victim"] == victim]
-        s, c = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
-        pos = np.array([self.pos[int(i)] for i in df["index"]], dtype=np.int64)
-        s[pos] = df["success"].to_numpy(dtype=bool)
-        c[pos] = df["clean_correct"].to_numpy(dtype=bool)
-        return s, c
-
-    def summed(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(successes, clean-correct) per image, summed over the (cell_id, victim) pairs of ``rows``."""
-        S, C = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
-        for r in rows.itertuples():
-            s, c = self.row(r.cell_id, r.victim)
-            S, C = S + s, C + c
-        return S, C
-
-
-def _boot_weights(n: int, seed: int = 0) -> np.ndarray:
-    """B×n multinomial resampling counts of n images (seeded)."""
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=N_BOOT).astype(np.float64) if n else np.zeros((N_BOOT, 0))
-
-
-def _pooled(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[float, float, float, np.ndarray]:
-    """Pooled ASR ΣS/ΣC over images and its bootstrap interval; also the B resampled values."""
-    tot = C.sum()
-    asr = S.sum() / tot if tot else float("nan")
-    den = W @ C
-    with np.errstate(invalid="ignore", divide="ignore"):
-        boots = np.where(den > 0, (W @ S) / np.where(den > 0, den, 1), np.nan)
-    lo, hi = (np.nanpercentile(boots, [2.5, 97.5]) if np.isfinite(boots).any() else (np.nan, np.nan))
-    return float(asr), float(lo), float(hi), boots
-
-
-def _diff(a: tuple, b: tuple) -> dict:
-    """Difference of two pooled ASRs (A − B) with the interval of the paired resamples."""
-    d = a[3] - b[3]
-    ok = np.isfinite(d)
-    lo, hi = np.percentile(d[ok], [2.5, 97.5]) if ok.any() else (np.nan, np.nan)
-    return {"diff": a[0] - b[0], "diff_ci_low": float(lo), "diff_ci_high": float(hi)}
-
-
 def _read(run_dir: str | Path, attack: str | None) -> pd.DataFrame:
-    from .compare import read_results
-
     res = read_results(run_dir)
     res = res[res["match"] == "none"]
     if attack:
@@ -124,7 +57,7 @@ def _parse_data(text: str) -> dict[str, str]:
 
 
 def _arch(name: str, specs: dict) -> str:
-    from ..models.catalogue import get_spec, split_checkpoint, split_replicate
+    from ...models.catalogue import get_spec, split_checkpoint, split_replicate
 
     spec = get_spec(split_replicate(split_checkpoint(name)[0])[0], specs)
     return f"{spec.arch}{json.dumps(spec.arch_kwargs, sort_keys=True) if spec.arch_kwargs else ''}"
@@ -146,7 +79,7 @@ def dumb_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.DataF
     """
     from scipy.stats import binomtest
 
-    from ..models.catalogue import load_specs
+    from ...models.catalogue import load_specs
 
     res = _read(run_dir, attack)
     res = res[res["n_surrogates"] == 1]
@@ -161,14 +94,14 @@ def dumb_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.DataF
         res[f"{who}_arch"] = res[who].map(lambda n: _arch(n, specs))
     for ax in AXES:
         res[ax] = np.where(res[f"surrogate_{ax}"] == res[f"victim_{ax}"], "match", "mismatch")
-    imgs = _Images(run_dir, res)
-    W = _boot_weights(len(imgs.index))
+    imgs = Images(run_dir, res)
+    W = boot_weights(len(imgs.index))
     flags = {(r.cell_id, r.victim): imgs.row(r.cell_id, r.victim) for r in res.itertuples()}
 
     def pool(rows: pd.DataFrame) -> tuple:
         S = sum((flags[(r.cell_id, r.victim)][0] for r in rows.itertuples()), np.zeros(len(imgs.index)))
         C = sum((flags[(r.cell_id, r.victim)][1] for r in rows.itertuples()), np.zeros(len(imgs.index)))
-        return _pooled(np.asarray(S, float), np.asarray(C, float), W)
+        return pooled(np.asarray(S, float), np.asarray(C, float), W)
 
     cases, costs = [], []
     for (label, eps), g in res.groupby(["attack_label", "eps"], sort=True):
@@ -199,7 +132,7 @@ def dumb_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.DataF
             p = binomtest(drops, n_s).pvalue if n_s else float("nan")
             costs.append({"attack_label": label, "eps": eps, "axis": ax, "n_pairs_mismatch": len(other),
                           "n_pairs_match": len(same), "asr_match": base[0], "asr_mismatch": pool(other)[0],
-                          **_diff(pool(other), base), "n_surrogates": n_s, "n_drop": drops, "p_sign": float(p)})
+                          **pooled_diff(pool(other), base), "n_surrogates": n_s, "n_drop": drops, "p_sign": float(p)})
     return pd.DataFrame(cases), pd.DataFrame(costs)
 
 
@@ -213,7 +146,7 @@ def _rate(rows: pd.DataFrame) -> float:
 
 def _chain(name: str, specs: dict, size: str) -> list[str]:
     """``name`` and the models it continues from (``init_from``), nearest first."""
-    from ..models.catalogue import get_spec
+    from ...models.catalogue import get_spec
 
     out = [name]
     seen = {name}
@@ -233,7 +166,7 @@ def relation(surrogate: str, victim: str, specs: dict, size: str) -> str:
     continues from the surrogate's weights); ``other_lineage`` (it descends from another
     replicate of the surrogate's recipe, or is one); ``scratch`` (no init_from: trained from a
     fresh initialisation); ``unrelated`` (it descends from some other model)."""
-    from ..models.catalogue import split_replicate
+    from ...models.catalogue import split_replicate
 
     if victim == surrogate:
         return "self"
@@ -258,7 +191,7 @@ def lineage_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.Da
     ASR of the models trained from scratch on the same data and label set (``vs: scratch``),
     with paired image-bootstrap intervals.
     """
-    from ..models.catalogue import load_specs, split_replicate
+    from ...models.catalogue import load_specs, split_replicate
 
     res = _read(run_dir, attack)
     res = res[res["n_surrogates"] == 1].copy()
@@ -268,8 +201,8 @@ def lineage_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.Da
     res["victim_recipe"] = res["victim"].map(lambda v: split_replicate(v)[0])
     if "victim_data" not in res.columns:
         res["victim_data"] = "all"
-    imgs = _Images(run_dir, res)
-    W = _boot_weights(len(imgs.index))
+    imgs = Images(run_dir, res)
+    W = boot_weights(len(imgs.index))
     flags = {(r.cell_id, r.victim): imgs.row(r.cell_id, r.victim) for r in res.itertuples()}
 
     def pool(rows: pd.DataFrame) -> tuple:
@@ -278,7 +211,7 @@ def lineage_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.Da
         for r in rows.itertuples():
             s, c = flags[(r.cell_id, r.victim)]
             S, C = S + s, C + c
-        return _pooled(S, C, W)
+        return pooled(S, C, W)
 
     groups, contrasts = [], []
     for (label, eps), g in res.groupby(["attack_label", "eps"], sort=True):
@@ -301,33 +234,6 @@ def lineage_table(run_dir: str | Path, attack: str | None = None) -> tuple[pd.Da
                 contrasts.append({"attack_label": label, "eps": eps, "descendant": vr, "vs": vs,
                                   "control": ",".join(sorted(set(ctl["victim_recipe"]))),
                                   "victim_data": d["victim_data"].iloc[0], "asr_descendant": own[0],
-                                  "asr_control": pool(ctl)[0], **_diff(own, pool(ctl)),
+                                  "asr_control": pool(ctl)[0], **pooled_diff(own, pool(ctl)),
                                   "n_rows_descendant": len(d), "n_rows_control": len(ctl)})
     return pd.DataFrame(groups), pd.DataFrame(contrasts)
-
-
-# --- output ----------------------------------------------------------------------------------------
-
-def write_tables(tables: dict[str, pd.DataFrame], out: str | Path) -> list[Path]:
-    """Each table as ``<out>/<name>.csv`` (written atomically); returns the paths."""
-    import os
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, df in tables.items():
-        path = out / f"{name}.csv"
-        tmp = path.with_suffix(".csv.tmp")
-        df.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
-
-
-def format_pct(df: pd.DataFrame, cols: list[str], fmt: Callable[[float], str] = lambda v: f"{100 * v:.1f}") -> pd.DataFrame:
-    """A copy with rate columns as percentages (for printing)."""
-    df = df.copy()
-    for c in cols:
-        if c in df.columns:
-            df[c] = df[c].map(lambda v: "" if pd.isna(v) else fmt(v))
-    return df

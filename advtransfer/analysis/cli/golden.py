@@ -4,21 +4,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from ...errors import UserError
 
 
 def default_baseline(run_dir: str | Path) -> Path:
     """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
     grid name from the run's manifest."""
-    from ..resources import results_dir
-    from ..store import RunStore
+    from ...resources import results_dir
+    from ...store import RunStore
 
     name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"
     return results_dir() / "baselines" / str(name)
 
 
-def add_golden_parser(sub: argparse._SubParsersAction) -> None:
-    from .golden import REFRESH_COMMAND, Tolerance
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..measures.golden import REFRESH_COMMAND, Tolerance
 
     t = Tolerance()
     p = sub.add_parser(
@@ -42,8 +42,8 @@ def add_golden_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"largest allowed ASR change in percentage points (default {t.max_points:g})")
 
 
-def cmd_golden(args: argparse.Namespace) -> int:
-    from .golden import (Tolerance, compare_tables, counts_table, failure_message, read_baseline,
+def run(args: argparse.Namespace) -> int:
+    from ..measures.golden import (Tolerance, compare_tables, counts_table, failure_message, read_baseline,
                          write_baseline)
 
     if not Path(args.run_dir).is_dir():

@@ -42,11 +42,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import SIZES
-from ..errors import UserError
-from ..utils import parse_fraction
-from .compare import Samples, paired_outcomes, read_results
-from .stats import compare_paired, holm
+from ...config import SIZES
+from ...errors import UserError
+from ...utils import parse_fraction
+from ..runs import read_results
+from ..stats import compare_paired, holm
+from .compare import Samples, paired_outcomes
 
 ALPHA = 0.05
 BY = ("attack", "surrogate", "victim")

@@ -25,11 +25,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from .stats import compare_paired, holm, verdict
+from ...errors import UserError
+from ..runs import BASELINE_COLUMNS, read_results
+from ..stats import compare_paired, holm, verdict
 
 SAMPLE_COLUMNS = ("cell_id", "victim", "index", "clean_correct", "success")
-BASELINE_COLUMNS = ("baseline_for", "match", "replicate", "surrogate_base")
 # keys a matched pair shares besides the labels (norm/targeted only when the table has them)
 PAIR_KEYS = ("surrogate_base", "eps", "victim", "seed", "replicate", "norm", "targeted")
 GROUP_DROP = ("replicate",)
@@ -37,31 +37,6 @@ COLUMNS = ["a_label", "b_label", "a_cell_id", "b_cell_id", "surrogate", "victim"
            "targeted", "seed", "match", "n_pairs", "n_both", "n_a_only", "n_b_only", "n_neither", "asr_a", "asr_b",
            "diff", "diff_ci_low", "diff_ci_high", "p_mcnemar", "p_holm", "verdict", "method", "n_strata",
            "diff_rep_min", "diff_rep_max", "diff_rep_sd", "a_grad_evals", "b_grad_evals", "a_run", "b_run"]
-
-
-
-def read_results(run_dir: str | Path) -> pd.DataFrame:
-    """``RUN/results.parquet`` with the analysis defaults for columns older runs lack
-    (``replicate`` 0, ``surrogate_base`` = ``surrogate``, ``match`` 'none', ``baseline_for`` '')."""
-    from ..store import RunStore
-
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise UserError(f"run folder {str(run_dir)!r} does not exist; pass the folder `advtransfer grid` wrote")
-    df = RunStore(run).read_results()
-    df.attrs["missing"] = [c for c in BASELINE_COLUMNS if c not in df.columns]
-    if "replicate" not in df.columns:
-        df["replicate"] = 0
-    if "surrogate_base" not in df.columns:
-        df["surrogate_base"] = df["surrogate"]
-    if "match" not in df.columns:
-        df["match"] = "none"
-    if "baseline_for" not in df.columns:
-        df["baseline_for"] = ""
-    df["baseline_for"] = df["baseline_for"].fillna("").astype(str)
-    df["match"] = df["match"].fillna("none").astype(str)
-    df["replicate"] = df["replicate"].fillna(0).astype(int)
-    return df
 
 
 class Samples:
@@ -74,7 +49,7 @@ class Samples:
     def get(self, cell_id: str, victim: str) -> pd.DataFrame:
         """Rows of one (cell, victim): columns index (int), clean_correct (bool), success (bool)."""
         if cell_id not in self._cache:
-            from ..store import RunStore
+            from ...store import RunStore
 
             path = self.root / "samples" / f"{cell_id}.parquet"
             df = RunStore(self.root).read_samples(cell_id, required=True)
@@ -186,7 +161,7 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         base = base.explode("baseline_for", ignore_index=True)
         att = df[df["baseline_for"] == ""]
         if base.empty:
-            from ..store import RunStore
+            from ...store import RunStore
 
             ref = RunStore(run_dir).read_manifest().get("reference")
             hint = f"compare its surrogates with --reference {ref} (its grid's reference), or " if ref else ""
@@ -246,7 +221,7 @@ def compare_victims(run_dir: str | Path, reference: str, method: str = "newcombe
     (surrogate, attack, ε, seed). ``a_label``/``b_label`` hold the victim entries, the attack is in
     ``attack_label``, ``compare_by`` is 'victim'; ``diff = asr_a - asr_b`` (negative: victim A
     is fooled less). White-box rows are left out."""
-    from ..models.catalogue import split_replicate
+    from ...models.catalogue import split_replicate
 
     df = read_results(run_dir)
     df = df[~df["is_whitebox"].astype(bool)].copy()
@@ -299,7 +274,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe",
 
 def write_comparisons(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons") -> list[Path]:
     """Write ``OUT/<stem>.parquet`` and ``.csv`` atomically; returns the paths."""
-    from ..utils import atomic_path
+    from ...utils import atomic_path
 
     out_dir = Path(out_dir)
     paths = [out_dir / f"{stem}.parquet", out_dir / f"{stem}.csv"]
@@ -308,6 +283,35 @@ def write_comparisons(df: pd.DataFrame, out_dir: str | Path, stem: str = "compar
     with atomic_path(paths[1]) as tmp:
         df.to_csv(tmp, index=False)
     return paths
+
+
+def is_current(run_dir: str | Path, stem: str = "comparisons") -> bool:
+    """Whether ``RUN/<stem>.parquet`` exists and is at least as new as ``RUN/results.parquet``
+    (older: the grid added rows since it was written)."""
+    path, results = Path(run_dir) / f"{stem}.parquet", Path(run_dir) / "results.parquet"
+    return path.is_file() and (not results.is_file() or path.stat().st_mtime_ns >= results.stat().st_mtime_ns)
+
+
+def refresh_comparisons(run_dir: str | Path) -> str:
+    """Write ``RUN/comparisons.parquet/.csv`` and the forest plots with the default settings of
+    ``advtransfer compare`` (the grid's ``reference`` surrogate when it has one, else the matched
+    baselines) unless the table is current (:func:`is_current`); the report then reads them.
+    Returns the note the report prints beside the table: '' when it was current, a sentence when
+    it was computed now, or why the run has nothing to compare (then nothing is written)."""
+    from ...store import RunStore
+
+    run = Path(run_dir)
+    results = read_results(run)  # a missing folder or a damaged table is an error, not a note
+    if results.empty or is_current(run):
+        return ""
+    reference = RunStore(run).read_manifest().get("reference")
+    try:
+        df = compare_surrogates(run, reference) if reference else compare_run(run)
+    except UserError as exc:
+        return f"No comparisons: {exc}."
+    write_comparisons(df, run)
+    forest_plot(df, run)
+    return "(Computed for this report with the default settings of `advtransfer compare`.)"
 
 
 def _fmt_pts(v: float) -> str:
@@ -338,12 +342,11 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
     """Forest plots of a comparison table, one per (eps, norm, targeted), into ``OUT/figures/``:
     each comparison's difference in percentage points with its 95% interval, grouped by victim,
     zero line; Holm-significant comparisons drawn filled and starred. Returns the paths."""
-    import matplotlib
+    from ...plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
-    from ..plots import save_figure
+    from ...plots import save_figure
 
     out = Path(out_dir) / "figures"
     out.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,16 @@
 """``advtransfer distortion RUN``: minimal distortion along every transfer direction, ASR-vs-ε
 figures, the HopSkipJump yardstick, worst case over attacks, FiT source selection and SAT
-similarity of a finished run folder (never crafts)."""
+similarity of a finished run folder (crafts no transfer attack; HopSkipJump is a query attack on
+each victim, the yardstick)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from ...errors import UserError
 
 
-def add_distortion_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distortion", help="distortion at the centre: minimal distortion per transfer direction, "
                                           "ASR vs eps, HopSkipJump yardstick, union over attacks, FiT, SAT",
                        description="Measure a run folder: minimal scale of each transferred perturbation that "
@@ -46,8 +47,8 @@ def _ints(text: str, what: str) -> list[int]:
     return [v for v in vals if v > 0]
 
 
-def cmd_distortion(args: argparse.Namespace) -> int:
-    from ..config import default_device
+def run(args: argparse.Namespace) -> int:
+    from ...config import default_device
 
     run = Path(args.run_dir)
     if not run.is_dir():
@@ -62,16 +63,16 @@ def cmd_distortion(args: argparse.Namespace) -> int:
     if any(nm not in ("l2", "linf") for nm in norms):
         raise UserError(f"--blackbox-norms takes l2 and/or linf, got {args.blackbox_norms!r}")
     if args.data_dir:
-        from ..data import resolve_data_dir
+        from ...data import resolve_data_dir
 
         resolve_data_dir(args.data_dir)
     device = args.device or default_device()
     victims = [v.strip() for v in args.victims.split(",")] if args.victims else None
-    from ..lock import RunLock
-    from ..validate import check_device
+    from ...lock import RunLock
+    from ...validate import check_device
 
     device = check_device(device, "--device" if args.device else "ADVTRANSFER_DEVICE")
-    from .distortion import run_context
+    from ..runs import run_context
 
     run_context(run)  # a run folder (results and manifest) before anything is locked or written
     with RunLock(run):  # it adds columns to the per-image tables: one writer at a time
@@ -82,11 +83,13 @@ def _measure(args: argparse.Namespace, run: Path, bb: list[int], fq: list[int], 
              victims: list[str] | None) -> int:
     import pandas as pd
 
-    from .blackbox import measure_blackbox, summarize_blackbox
-    from .distortion import measure_run, run_context
-    from .exposure import exposure_table, plot_asr_vs_eps
-    from .fit import fit_select
-    from .similarity import plot_similarity, sat_tables
+    from ..measures.blackbox import measure_blackbox
+    from ..measures.distortion import measure_run
+    from ..measures.exposure import exposure_table, plot_asr_vs_eps
+    from ..measures.fit import fit_select
+    from ..measures.similarity import plot_similarity, sat_tables
+    from ..report.distortion import summarize_blackbox
+    from ..runs import run_context
 
     res, _ = run_context(run)
     pd.set_option("display.width", 200)

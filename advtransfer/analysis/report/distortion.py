@@ -1,7 +1,7 @@
 """Report sections for the outputs of ``advtransfer distortion`` (issue #10, "distortion at the centre").
 
-Registered with :func:`advtransfer.analysis.report_base.register_section` when this module is imported
-(``report.py`` imports it at its end). Each section reads one output of the distortion command
+Registered with :func:`advtransfer.analysis.report.base.register_section` when this module is imported
+(``report/core.py`` imports it at its end). Each section reads one output of the distortion command
 from the run folder and returns ``None`` when that file is absent, so a run without
 ``advtransfer distortion`` gets the core report only:
 
@@ -21,12 +21,17 @@ Distances are per image, pixels in [0, 1]; L∞ is shown ×255 (so 8 reads 8/255
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .report_base import (Block, Figure, Raw, ReportContext, Section, Table, _html_escape, _pct, _signed, _tex_name,
-                          register_section)
+from ...errors import UserError
+from ...plots import slug
+from ..measures.similarity import sat_matrix
+from ..runs import joined_samples, read_table
+from .base import (Block, Figure, Raw, ReportContext, Section, Table, html_escape, pct, register_section, signed,
+                   tex_name)
 
 INF = "∞"
 LINF_TOL = 1e-6    # float32 rounding of x_adv − x; far below the search's 1/2040 resolution
@@ -53,11 +58,8 @@ def _median(v) -> float:
 
 
 def _read(ctx: ReportContext, name: str) -> pd.DataFrame | None:
-    p = ctx.run_dir / name
-    if not p.is_file():
-        return None
-    df = pd.read_parquet(p)
-    return df if len(df) else None
+    df = read_table(ctx.run_dir / name, "advtransfer distortion RUN")
+    return df if df is not None and len(df) else None
 
 
 def _eps255(eps: float) -> str:
@@ -66,11 +68,8 @@ def _eps255(eps: float) -> str:
 
 def _samples(ctx: ReportContext) -> pd.DataFrame:
     """Per-image rows with measured minimal distortion, joined with the cell fields."""
-    from ..errors import UserError
-    from .exposure import _joined
-
     try:
-        s = _joined(ctx.run_dir)
+        s = joined_samples(ctx.run_dir)
     except UserError:          # a run without per-image tables: no sentences, the tables still show
         return pd.DataFrame(columns=["cell_id", "victim", "index", "is_whitebox", "min_linf", "min_l2"])
     if "min_linf" not in s.columns:
@@ -107,7 +106,7 @@ def section_min_distortion(ctx: ReportContext) -> Section | None:
         eps_str = str(sub["eps_str"].iloc[0])
         blocks.append(Table(["surrogate", *victims], rows,
                             f"{lab} · crafted at L∞ ε = {eps_str}: median minimal L∞ ×255 [q25, q75], surrogate × victim",
-                            tex=_tex_name(f"min_linf_{lab}_eps{eps_str}")))
+                            tex=tex_name(f"min_linf_{lab}_eps{eps_str}")))
     return Section("Minimal distortion along the transfer direction", blocks, "min-distortion")
 
 
@@ -145,13 +144,13 @@ def asr_eps_sentences(ctx: ReportContext) -> dict[tuple[str, str], str]:
                 continue
             e = _eps255(float(eps))
             if abs(float(eps) - eps0) < 1e-12:
-                parts.append(f"at {e} (the craft itself) the curve gives {_pct(np.mean(sc_all))}% against "
-                             f"{_pct(np.mean(cr_all))}% crafted (equal but for images fooled only beyond scale 1 "
+                parts.append(f"at {e} (the craft itself) the curve gives {pct(np.mean(sc_all))}% against "
+                             f"{pct(np.mean(cr_all))}% crafted (equal but for images fooled only beyond scale 1 "
                              "where clipping kept the L∞ within ε)")
             else:
                 way = "scaling down" if eps < eps0 else "scaling up"
-                parts.append(f"at {e}, {way} the {_eps255(eps0)} direction gives {_pct(np.mean(sc_all))}% against "
-                             f"{_pct(np.mean(cr_all))}% crafted at {e} ({_signed_pts(np.mean(diffs))} points; "
+                parts.append(f"at {e}, {way} the {_eps255(eps0)} direction gives {pct(np.mean(sc_all))}% against "
+                             f"{pct(np.mean(cr_all))}% crafted at {e} ({_signed_pts(np.mean(diffs))} points; "
                              f"{_signed_pts(min(diffs))} to {_signed_pts(max(diffs))} across victims)")
         if parts:
             out[(str(sur), str(lab))] = (f"Surrogate {sur}, {lab}, mean ASR over {len(victims)} transfer victims: "
@@ -161,7 +160,7 @@ def asr_eps_sentences(ctx: ReportContext) -> dict[tuple[str, str], str]:
 
 def _signed_pts(v: float) -> str:
 
-    return _signed(100 * v)
+    return signed(100 * v)
 
 
 @register_section
@@ -169,8 +168,6 @@ def section_asr_eps(ctx: ReportContext) -> Section | None:
     figs = sorted((ctx.run_dir / "figures").glob("asr_eps_*.png"))
     if not figs:
         return None
-    from ..plots import _slug
-
     blocks: list[Block] = [
         "ASR against L∞ ε without new crafting: the line is the share of clean-correct images whose minimal "
         "distortion along the direction crafted at the largest ε is at most ε (scaling that direction); "
@@ -178,7 +175,7 @@ def section_asr_eps(ctx: ReportContext) -> Section | None:
         "at that ε finds a better direction than scaling; above it, the larger craft's direction is the "
         "stronger one."]
     sentences = asr_eps_sentences(ctx)
-    by_stem = {_slug(f"asr_eps_{sur}_{lab}"): (sur, lab, txt) for (sur, lab), txt in sentences.items()}
+    by_stem = {slug(f"asr_eps_{sur}_{lab}"): (sur, lab, txt) for (sur, lab), txt in sentences.items()}
     for p in figs:
         sur, lab, txt = by_stem.get(p.stem, ("", "", ""))
         blocks.append(Figure(ctx.rel(p), f"ASR vs ε · surrogate {sur} · {lab}" if sur else p.stem.replace("_", " ")))
@@ -238,8 +235,6 @@ def section_blackbox(ctx: ReportContext) -> Section | None:
     bb = _read(ctx, "blackbox.parquet")
     if bb is None:
         return None
-    from .blackbox import summarize_blackbox
-
     summ = summarize_blackbox(bb)
     n_img = int(bb["index"].nunique())
     blocks: list[Block] = [
@@ -260,7 +255,7 @@ def section_blackbox(ctx: ReportContext) -> Section | None:
                       "medians of minimal L2; the best source is the surrogate × attack × ε with the smallest "
                       "median on those images; white-box cells left out):")
         blocks.append(Raw("\n".join(f"- {t}" for t in sent),
-                          "<ul>\n" + "\n".join(f"<li>{_html_escape(t)}</li>" for t in sent) + "\n</ul>"))
+                          "<ul>\n" + "\n".join(f"<li>{html_escape(t)}</li>" for t in sent) + "\n</ul>"))
     return Section("Black-box yardstick (HopSkipJump)", blocks, "blackbox")
 
 
@@ -270,8 +265,8 @@ def section_exposure(ctx: ReportContext) -> Section | None:
     e = _read(ctx, "exposure.parquet")
     if e is None:
         return None
-    rows = [[r.victim, str(r.eps_str), str(int(r.n_cells)), _pct(r.robust_acc_union), _pct(r.asr_union),
-             _pct(r.asr_best_member), str(r.best_member), _num(r.median_min_linf, 1, 255), _num(r.median_min_l2, 2)]
+    rows = [[r.victim, str(r.eps_str), str(int(r.n_cells)), pct(r.robust_acc_union), pct(r.asr_union),
+             pct(r.asr_best_member), str(r.best_member), _num(r.median_min_linf, 1, 255), _num(r.median_min_l2, 2)]
             for r in e.sort_values(["victim", "eps"]).itertuples()]
     return Section("Exposure: worst case over transfer attacks", [
         "Per victim and ε, the union of every transfer cell of the run (every surrogate × attack; cells where the "
@@ -298,12 +293,12 @@ def section_fit(ctx: ReportContext) -> Section | None:
         "expected ASR of a uniformly random source (percent, clean-correct images; regret = best − FiT, points)."]
     for (eps, q), g in f.groupby(["eps", "Q"], sort=True):
         blocks.append(f"ε {g['eps_str'].iloc[0]}, Q = {int(q)}: over {len(g)} victims FiT's pick averages "
-                      f"{_pct(g['fit_asr'].mean())}% ASR, the best source in hindsight {_pct(g['best_asr'].mean())}% "
-                      f"and a random pick {_pct(g['random_asr'].mean())}%; FiT beats random on "
+                      f"{pct(g['fit_asr'].mean())}% ASR, the best source in hindsight {pct(g['best_asr'].mean())}% "
+                      f"and a random pick {pct(g['random_asr'].mean())}%; FiT beats random on "
                       f"{int((g['fit_asr'] > g['random_asr'] + 1e-12).sum())} of {len(g)} victims and matches the "
                       f"best on {int((g['fit_asr'] >= g['best_asr'] - 1e-12).sum())}.")
-    rows = [[r.victim, str(r.eps_str), str(int(r.Q)), str(r.fit_source), _pct(r.fit_share_mode, 0), _pct(r.fit_asr),
-             str(r.best_source), _pct(r.best_asr), _pct(r.random_asr), _num(100 * r.regret_asr, 1).replace("-", "−")]
+    rows = [[r.victim, str(r.eps_str), str(int(r.Q)), str(r.fit_source), pct(r.fit_share_mode, 0), pct(r.fit_asr),
+             str(r.best_source), pct(r.best_asr), pct(r.random_asr), _num(100 * r.regret_asr, 1).replace("-", "−")]
             for r in f.sort_values(["eps", "Q", "victim"]).itertuples()]
     blocks.append(Table(["victim", "ε", "Q", "FiT's most picked source", "share of images %", "FiT ASR %",
                          "best source (hindsight)", "best ASR %", "random ASR %", "regret pts"], rows,
@@ -319,8 +314,6 @@ def section_similarity(ctx: ReportContext) -> Section | None:
             if p.is_file()]
     if sim is None and not figs:
         return None
-    from .similarity import sat_matrix
-
     blocks: list[Block] = [
         "SAT similarity (Hwang et al.) of the models that are both single-model surrogates and victims: "
         "SAT(A, B) = log of the two-way transfer rate in percent on the images both classify correctly and both "
@@ -332,7 +325,7 @@ def section_similarity(ctx: ReportContext) -> Section | None:
             models = list(m.index)
             rows = [[a, *("—" if a == b else _num(m.loc[a, b], 2) for b in models)] for a in models]
             blocks.append(Table(["model", *models], rows, f"SAT · {lab} · L∞ ε = {_eps255(float(eps))}",
-                                tex=_tex_name(f"sat_{lab}_eps{eps * 255:g}")))
+                                tex=tex_name(f"sat_{lab}_eps{eps * 255:g}")))
     names = {"sat_similarity": "SAT matrix of the (attack, ε) with the most models (cells: SAT, two-way transfer %, "
                                "images)", "sat_dendrogram": "average-linkage clustering on log 100 − SAT"}
     blocks += [Figure(ctx.rel(p), names.get(p.stem, p.stem.replace("_", " "))) for p in figs]
@@ -341,3 +334,22 @@ def section_similarity(ctx: ReportContext) -> Section | None:
 
 __all__ = ["section_min_distortion", "section_asr_eps", "section_blackbox", "section_exposure", "section_fit",
            "section_similarity", "asr_eps_sentences", "blackbox_sentences"]
+
+
+def summarize_blackbox(table: pd.DataFrame, eps: Sequence[float] = ()) -> pd.DataFrame:
+    """Per (victim, norm, budget) over clean-correct images: n, median/q25/q75 of the minimal L2
+    and L∞ found (inf = none found), mean queries used, and for each ε the fraction of images with
+    min_linf ≤ ε (the HSJA ASR at that L∞ ε; meaningful for the L∞ variant)."""
+    rows = []
+    for (v, nm, b), g in table.groupby(["victim", "norm", "budget"], sort=True):
+        g = g[g["clean_correct"]]
+        r = {"victim": v, "norm": nm, "budget": int(b), "n_clean_correct": len(g),
+             "mean_queries": float(g["queries_used"].mean()) if len(g) else float("nan")}
+        for k in ("l2", "linf"):
+            vals = g[f"min_{k}"].to_numpy(dtype=float)
+            for s, p in (("q25", .25), ("median", .5), ("q75", .75)):
+                r[f"{s}_min_{k}"] = float(np.quantile(vals, p, method="inverted_cdf")) if len(vals) else float("nan")
+        for e in eps:
+            r[f"asr_linf_{e:.4f}"] = float((g["min_linf"] <= e + 1e-9).mean()) if len(g) else float("nan")
+        rows.append(r)
+    return pd.DataFrame(rows)

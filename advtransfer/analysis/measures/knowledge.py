@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
-from ..metrics import predict_batched
+from ...errors import UserError
+from ...metrics import predict_batched
 
 
 def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: float, steps: int,
@@ -40,8 +40,8 @@ def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: f
     """x_adv: untargeted L∞ PGD (random start, α = 2.5ε/T) against ``model``'s own top-1 labels
     on ``x`` (pixels in [0,1], N×C×H×W); label-free in the sense of the paper: the ground truth is
     not used, so models with any label set can be attacked."""
-    from ..attacks import create_attack
-    from ..attacks.base import SurrogateSet
+    from ...attacks import create_attack
+    from ...attacks.base import SurrogateSet
 
     attack = create_attack("pgd", eps=eps, steps=steps, seed=seed)
     S = SurrogateSet([model], ["model"])
@@ -74,7 +74,7 @@ def transfer_metrics(source: nn.Module, target: nn.Module, x: torch.Tensor, inde
 
 def _scratch_for(name: str, specs: dict, size: str) -> list[str]:
     """Entries trained from scratch with the same architecture, data variant and label set as ``name``."""
-    from ..models.catalogue import get_spec
+    from ...models.catalogue import get_spec
 
     spec = get_spec(name, specs)
     want = (spec.arch, json.dumps(spec.arch_kwargs, sort_keys=True), spec.data_variant(size).describe())
@@ -95,10 +95,10 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
     """One row per fine-tuned descendant (a trained entry with ``init_from``; all of them when
     ``descendants`` is None): its source, α1 and α2 on test images 0..n-1 it classifies correctly
     (in its task), and the fine-tuning gain over its scratch twins."""
-    from ..data import eval_subset, load_dataset
-    from ..models.cards import read_card
-    from ..models.catalogue import get_spec, load_specs
-    from ..models.loading import load_model
+    from ...data import eval_subset, load_dataset
+    from ...models.cards import read_card
+    from ...models.catalogue import get_spec, load_specs
+    from ...models.loading import load_model
 
     specs = load_specs()
     if not descendants:
@@ -109,8 +109,8 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
         if not descendants:
             raise UserError(f"no fine-tuned model (an entry with init_from) is trained at size {size}; "
                             f"train some first, e.g. `advtransfer zoo train ds_resnet_va --size {size}`")
-    rows = []
-    for d in descendants:
+    pairs = []
+    for d in descendants:  # every descendant checked before any image is crafted
         spec = get_spec(d, specs)
         src = spec.resolved_recipe(size).get("init_from") if spec.recipe.get("sizes") else None
         if not src:
@@ -119,6 +119,9 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
         missing = [m for m, c in cards.items() if c is None]
         if missing:
             raise UserError(f"{', '.join(missing)} not trained at size {size}; run `advtransfer zoo train {' '.join(missing)} --size {size}`")
+        pairs.append((d, spec, src, cards))
+    rows = []
+    for d, spec, src, cards in pairs:
         variant = spec.data_variant(size)
         test = load_dataset(f"{spec.dataset}-{variant.shift}" if variant.shift != "none" else spec.dataset, "test", data_dir)
         x, y, index = eval_subset(test, min(n, len(test)))
@@ -176,10 +179,9 @@ def _correlations(d: pd.DataFrame, task: str, n_boot: int, seed: int) -> pd.Data
 
 def scatter(df: pd.DataFrame, out: str | Path) -> Path:
     """α1 and α2 against the fine-tuning gain, one point per (source, descendant)."""
-    import matplotlib
+    from ...plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

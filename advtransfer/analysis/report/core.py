@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import UserError
-
-
-from .report_base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
-                          _html_escape, _pct, _signed, _tex_name, format_p, register_section)
+from ...errors import UserError
+from ...metrics import wilson_interval
+from ..runs import read_table
+from .base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
+                          html_escape, pct, signed, tex_name, format_p, register_section)
 
 
 VERDICT_TEXT = {"a_better": "{a} significantly stronger (Holm p < 0.05)",
@@ -46,13 +46,13 @@ def comparison_sentence(r: pd.Series | dict) -> str:
     p_txt = f"{p_word} p {p_m}" if p_m.startswith("<") else f"{p_word} p = {p_m}"
     where = (f"attack {r['attack_label']}" if r.get("compare_by") == "surrogate" else f"surrogate {r['surrogate']}")
     s = (f"{a} vs {other} on {r['victim']} ({where}, ε {r.get('eps_str', r['eps'])}): "
-         f"{_signed(100 * r['diff'])} points [{_signed(100 * r['diff_ci_low'])}, {_signed(100 * r['diff_ci_high'])}], "
+         f"{signed(100 * r['diff'])} points [{signed(100 * r['diff_ci_low'])}, {signed(100 * r['diff_ci_high'])}], "
          f"{p_txt}, Holm {format_p(r['p_holm'])}: "
          + VERDICT_TEXT.get(r["verdict"], r["verdict"]).format(a=r["a_label"], b=r["b_label"]))
     n = int(r.get("n_strata", 1))
     if n > 1:
-        s += (f"; pooled over {n} surrogate replicates (per-replicate differences {_signed(100 * r['diff_rep_min'])} "
-              f"to {_signed(100 * r['diff_rep_max'])} points, sd {100 * r['diff_rep_sd']:.1f})")
+        s += (f"; pooled over {n} surrogate replicates (per-replicate differences {signed(100 * r['diff_rep_min'])} "
+              f"to {signed(100 * r['diff_rep_max'])} points, sd {100 * r['diff_rep_sd']:.1f})")
     return s + f" [{int(r['n_pairs'])} images, {int(r['n_a_only'])} fooled by A only, {int(r['n_b_only'])} by B only]."
 
 
@@ -124,19 +124,13 @@ def section_models(ctx: ReportContext) -> Section:
             v = c.get(k, "")
             ex.append(json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v))
         rows.append([m, str(c.get("arch", "")), str(fam), str(c.get("kind", "")), role,
-                     _pct(acc["clean_acc"].get(m, math.nan)) if m in acc.index else "",
-                     _pct(c["clean_acc"]) if c.get("clean_acc") is not None else "",
+                     pct(acc["clean_acc"].get(m, math.nan)) if m in acc.index else "",
+                     pct(c["clean_acc"]) if c.get("clean_acc") is not None else "",
                      f"{c['train_s']:.0f}" if c.get("train_s") is not None else "",
                      str(c.get("sha256", ""))[:12], *ex, *([_made_by(c)] if made else [])])
     note = ("Clean accuracy on the run's images (what the ASR denominators count) and, from the zoo card, "
             "on the held-out set the model was scored on when trained.")
     return Section("Models", [note, Table(cols, rows, tex="models")], "models")
-
-
-def _wilson(k: int, n: int) -> tuple[float, float]:
-    from .stats import wilson_interval
-
-    return wilson_interval(k, n)
 
 
 def section_asr(ctx: ReportContext) -> Section:
@@ -156,13 +150,13 @@ def section_asr(ctx: ReportContext) -> Section:
                     row.append("")
                     continue
                 k, n = int(gv["n_success"].sum()), int(gv["n_clean_correct"].sum())
-                lo, hi = _wilson(k, n)
+                lo, hi = wilson_interval(k, n)
                 wb = " †" if bool(gv["is_whitebox"].any()) else ""
-                row.append(f"{_pct(k / n if n else math.nan)} [{_pct(lo)}, {_pct(hi)}]{wb}")
+                row.append(f"{pct(k / n if n else math.nan)} [{pct(lo)}, {pct(hi)}]{wb}")
             rows.append(row)
         cap = f"{label} · {norm} ε = {eps_str}{' · targeted' if targeted else ''}: ASR % [95% CI], surrogate × victim"
         tex = f"asr_{label}_{norm}_eps{eps_str}{'_targeted' if targeted else ''}"
-        blocks.append(Table(["surrogate", *victims], rows, cap, tex=_tex_name(tex)))
+        blocks.append(Table(["surrogate", *victims], rows, cap, tex=tex_name(tex)))
     blocks.extend(_defence_blocks(df))
     return Section("Attack success rates", blocks, "asr")
 
@@ -178,8 +172,8 @@ def _defence_blocks(df: pd.DataFrame) -> list[Block]:
     rows = []
     for _, r in sel.sort_values(["victim", "surrogate", "attack_label", "eps"]).iterrows():
         rows.append([str(r["victim"]), str(r["surrogate"]), str(r["attack_label"]), str(r["eps_str"]),
-                     str(int(r.get("draws", 1))), _pct(r["asr"]), _pct(r.get("asr_draws_mean", math.nan)),
-                     _pct(r.get("asr_draws_worst", math.nan)), str(int(r.get("n_abstain", 0)))])
+                     str(int(r.get("draws", 1))), pct(r["asr"]), pct(r.get("asr_draws_mean", math.nan)),
+                     pct(r.get("asr_draws_worst", math.nan)), str(int(r.get("n_abstain", 0)))])
     note = ("Stochastic or abstaining victims: the tables above give draw 0's ASR (each image's randomness is "
             "seeded by its bytes, so it reproduces); here also the mean and the worst (highest) ASR over the "
             "draws, and the clean-correct images on whose adversarial version the victim abstained (never "
@@ -213,11 +207,11 @@ def section_comparisons(ctx: ReportContext) -> Section:
     if ctx.comparisons_note:
         blocks[0] += " " + ctx.comparisons_note
     blocks.append(Raw("\n".join(f"- {comparison_sentence(r)}" for _, r in cmp.iterrows()),
-                      "<ul>\n" + "\n".join(f"<li>{_html_escape(comparison_sentence(r))}</li>" for _, r in cmp.iterrows())
+                      "<ul>\n" + "\n".join(f"<li>{html_escape(comparison_sentence(r))}</li>" for _, r in cmp.iterrows())
                       + "\n</ul>"))
     rows = [[r["a_label"], r["b_label"], str(r["surrogate"]), r["victim"], str(r["eps_str"]), str(r["match"]),
              str(int(r["n_pairs"])), str(int(r["n_a_only"])), str(int(r["n_b_only"])),
-             f"{_signed(100 * r['diff'])} [{_signed(100 * r['diff_ci_low'])}, {_signed(100 * r['diff_ci_high'])}]",
+             f"{signed(100 * r['diff'])} [{signed(100 * r['diff_ci_low'])}, {signed(100 * r['diff_ci_high'])}]",
              format_p(r["p_mcnemar"]), format_p(r["p_holm"]), r["verdict"].replace("_", " "), str(int(r["n_strata"]))]
             for _, r in cmp.iterrows()]
     blocks.append(Table(["A", "B", "surrogate", "victim", "ε", "match", "pairs", "A only", "B only",
@@ -249,17 +243,17 @@ def section_verdict(ctx: ReportContext) -> Section | None:
         d = 100 * g["diff"]
         how = MATCH_TEXT.get(match, b) if a != b else b
         rows.append([str(a), str(how), str(s), str(eps), str(len(g)), str(better), str(worse),
-                     str(len(g) - better - worse), f"{_signed(d.median())} [{_signed(d.min())}, {_signed(d.max())}]"])
+                     str(len(g) - better - worse), f"{signed(d.median())} [{signed(d.min())}, {signed(d.max())}]"])
         lines.append(f"{a} vs {how} (surrogate {s}, ε {eps}): significantly better on {better}, worse on {worse}, "
                      f"no significant difference on {len(g) - better - worse} of {len(g)} held-out victims; "
-                     f"median difference {_signed(d.median())} points.")
+                     f"median difference {signed(d.median())} points.")
     return Section("Verdict", [
         "Each attack against its matched baseline on the same surrogates, images and held-out victims (victims "
         "outside the surrogate set): on how many victims A is significantly better or worse (exact McNemar, Holm "
         "over all comparisons of the run, 0.05), and the spread of the differences in points. The comparisons "
         "section below has every pair with its interval.",
         Raw("\n".join(f"- {ln}" for ln in lines),
-            "<ul>\n" + "\n".join(f"<li>{_html_escape(ln)}</li>" for ln in lines) + "\n</ul>"),
+            "<ul>\n" + "\n".join(f"<li>{html_escape(ln)}</li>" for ln in lines) + "\n</ul>"),
         Table(["attack", "against", "surrogate", "ε", "held-out victims", "A better", "B better", "no difference",
                "diff pts, median [min, max]"], rows, "Verdict over held-out victims", tex="verdict")], "verdict")
 
@@ -417,34 +411,26 @@ def render_html(title: str, sections: list[Section]) -> str:
 
 
 # --- entry point ----------------------------------------------------------------------------------------
-def _load_comparisons(run_dir: Path) -> tuple[pd.DataFrame | None, str]:
-    """The run's comparisons.parquet; if absent, computed (and written, with forest plots) when the
-    run has matched baselines, or older than the run's table (the grid added rows since).
-    Returns (table or None, a note for the report)."""
-    from .compare import compare_run, compare_surrogates, forest_plot, write_comparisons
-
-    path = run_dir / "comparisons.parquet"
-    results = run_dir / "results.parquet"
-    if path.is_file() and (not results.is_file() or path.stat().st_mtime_ns >= results.stat().st_mtime_ns):
-        return pd.read_parquet(path), ""
-    from ..store import RunStore
-
-    reference = RunStore(run_dir).read_manifest().get("reference")
-    try:
-        df = compare_surrogates(run_dir, reference) if reference else compare_run(run_dir)
-    except UserError as exc:
-        return None, f"No comparisons: {exc}."
-    write_comparisons(df, run_dir)
-    forest_plot(df, run_dir)
-    return df, "(Computed for this report with the default settings of `advtransfer compare`.)"
+def read_comparisons(run_dir: Path) -> pd.DataFrame | None:
+    """The run's comparisons.parquet when it is current (at least as new as results.parquet), else
+    None: the report reads the table :func:`advtransfer.analysis.measures.compare.refresh_comparisons`
+    or ``advtransfer compare`` wrote and never computes or writes one."""
+    path, results = run_dir / "comparisons.parquet", run_dir / "results.parquet"
+    if path.is_file() and results.is_file() and path.stat().st_mtime_ns < results.stat().st_mtime_ns:
+        return None
+    return read_table(path, f"advtransfer compare {run_dir}")
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None,
-                 extra_sections: list[SectionFn] | None = None) -> dict:
+                 extra_sections: list[SectionFn] | None = None, comparisons_note: str | None = None) -> dict:
     """Write ``report.md``, ``report.html`` and ``tables/*.tex`` of a run folder into ``out``
-    (default ``RUN/report``). Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
-    from ..store import RunStore
-    from ..utils import atomic_write_text
+    (default ``RUN/report``) from the tables and figures the run folder holds; nothing else in it
+    is written. ``comparisons_note``: the note of the step that wrote comparisons.parquet (see
+    :func:`advtransfer.analysis.cli.report.report_run`); by default, where the table is absent or
+    older than results.parquet, the report says to run ``advtransfer compare``.
+    Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
+    from ...store import RunStore
+    from ...utils import atomic_write_text
 
     run = Path(run_dir)
     if not run.is_dir():
@@ -452,18 +438,22 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     results = RunStore(run).read_results()
     if results.empty:
         raise UserError(f"{run / 'results.parquet'} has no rows; run `advtransfer grid` first")
+    manifest = RunStore(run).read_manifest()
+    cmp = read_comparisons(run)
+    note = comparisons_note
+    if note is None:
+        note = "" if cmp is not None else f"No comparisons table: run `advtransfer compare {run}` and rerun the report."
     out_dir = Path(out) if out else run / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cmp, note = _load_comparisons(run)
-    ctx = ReportContext(run, out_dir, results, RunStore(run).read_manifest(), cmp, note)
+    ctx = ReportContext(run, out_dir, results, manifest, cmp, note)
     sections: list[Section] = []
     for fn in [*CORE_SECTIONS, *OPTIONAL_SECTIONS, *(extra_sections or [])]:
         s = fn(ctx)
         if s is not None:
-            s.anchor = s.anchor or _tex_name(s.title.lower())
+            s.anchor = s.anchor or tex_name(s.title.lower())
             sections.append(s)
     title = str(ctx.manifest.get("run_id") or run.resolve().name)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    out_dir.mkdir(parents=True, exist_ok=True)  # every section read and rendered: a damaged table wrote nothing
     atomic_write_text(md_path, render_markdown(title, sections))
     atomic_write_text(html_path, render_html(title, sections))
     tex_dir = out_dir / "tables"
@@ -479,6 +469,6 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     return {"md": md_path, "html": html_path, "tex": tex_paths}
 
 
-# Optional sections of other analyses register themselves on import (from report_base).
-from . import report_distortion  # noqa: E402,F401
-from . import report_generative  # noqa: E402,F401
+# Optional sections of other analyses register themselves on import (from .base).
+from . import distortion  # noqa: E402,F401
+from . import generative  # noqa: E402,F401

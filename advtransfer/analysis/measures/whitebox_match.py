@@ -28,8 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from .mismatch import N_BOOT, _boot_weights, _Images, _pooled
+from ...errors import UserError
+from .. import pooling
+from ..pooling import N_BOOT
+from ..runs import read_results
 
 
 def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,8 +54,6 @@ def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> t
 
 
 def _read(run_dir: str | Path) -> pd.DataFrame:
-    from .compare import read_results
-
     res = read_results(run_dir)
     return res[(res["match"] == "none") & (res["n_surrogates"] == 1)]
 
@@ -76,17 +76,17 @@ def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[
     if unknown:
         raise UserError(f"{run_dir}: no rows of attack {', '.join(unknown)}; "
                         f"its attacks are {', '.join(sorted(set(res['attack_label'])))}")
-    img_a, img_l = _Images(run_dir, res[res["attack_label"].isin(attacks)]), _Images(ladder_dir, lad)
+    img_a, img_l = pooling.Images(run_dir, res[res["attack_label"].isin(attacks)]), pooling.Images(ladder_dir, lad)
     common = np.intersect1d(img_a.index, img_l.index)
     if len(common) == 0:
         raise UserError("the two runs share no test image; run the ladder on the same images (n, start)")
-    W = _boot_weights(len(common), seed)
+    W = pooling.boot_weights(len(common), seed)
     pos_a = np.searchsorted(img_a.index, common)
     pos_l = np.searchsorted(img_l.index, common)
 
-    def pooled(images: _Images, pos: np.ndarray, row: pd.Series) -> tuple:
+    def pooled(images: pooling.Images, pos: np.ndarray, row: pd.Series) -> tuple:
         s, c = images.row(row["cell_id"], row["victim"])
-        return _pooled(s[pos], c[pos], W)
+        return pooling.pooled(s[pos], c[pos], W)
 
     rows, pooled_rows = [], []
     for (atk, sur), sub in res[res["attack_label"].isin(attacks)].groupby(["attack_label", "surrogate"], sort=True):

@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import UserError
-from ..metrics import predict_batched
-from ..utils import write_table
-from .exposure import _joined
+from ...errors import UserError
+from ...metrics import predict_batched
+from ...utils import write_table
+from ..runs import joined_samples
 
 
 def nmi_errors(e_s: np.ndarray, e_v: np.ndarray) -> float:
@@ -91,12 +91,12 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
                device: str = "cpu", cache=None, data_dir=None, write: bool = True,
                log: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
     """Replay FiT for every victim and ε of a run at each target budget Q; RUN/fit.parquet/.csv."""
-    from ..data import eval_subset, load_dataset
-    from ..models import zoo
-    from .distortion import run_context
+    from ...data import eval_subset, load_dataset
+    from ...models import zoo
+    from ..runs import run_context
 
     res, manifest = run_context(run_dir)
-    s = _joined(run_dir)
+    s = joined_samples(run_dir)
     if "min_l2" not in s.columns or s["min_l2"].isna().all():
         raise UserError("FiT needs minimal distortion: run `advtransfer distortion` (measure_run) first")
     grid = manifest.get("grid") or {}

@@ -67,8 +67,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from .stats import mcnemar_exact, stratified_paired_test
+from ...errors import UserError
+from ..stats import mcnemar_exact, stratified_paired_test
 
 COUNTS_FILE = "counts.csv"
 META_FILE = "meta.json"
@@ -181,10 +181,10 @@ def _short(sha: object) -> str:
 def counts_table(run_dir: str | Path) -> pd.DataFrame:
     """The run's rows in baseline form (columns :data:`COLUMNS`, sorted by :data:`KEY`), read
     from ``RUN/results.parquet`` and the per-image tables ``RUN/samples/<cell_id>.parquet``."""
-    from .compare import read_results
+    from ..runs import read_results
 
     df = read_results(run_dir)
-    from ..store import RunStore
+    from ...store import RunStore
 
     samples = Path(run_dir) / "samples"
     store = RunStore(run_dir)
@@ -240,7 +240,7 @@ def environment(threads: int | None = None) -> dict:
     """What decides the bits besides the code: versions, torch thread count, CPU capability."""
     import torch
 
-    from ..utils import versions
+    from ...utils import versions
 
     return {"versions": versions(), "threads": int(threads if threads is not None else torch.get_num_threads()),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
@@ -251,8 +251,8 @@ def write_baseline(run_dir: str | Path, out_dir: str | Path, threads: int | None
     """Write ``OUT/counts.csv`` and ``OUT/meta.json`` from the run folder ``run_dir`` (atomically);
     returns ``OUT``. ``threads``: the torch thread count the run used (default: this process's,
     right when the run was made in this process, as in the tests and ``make golden-update``)."""
-    from ..store import RunStore
-    from ..utils import atomic_path, atomic_write_text
+    from ...store import RunStore
+    from ...utils import atomic_path, atomic_write_text
 
     t = counts_table(run_dir)
     if t.empty:

@@ -26,20 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..utils import atomic_path
-from .distortion import read_samples, run_context, success_curve
-
-
-def _joined(run_dir: str | Path) -> pd.DataFrame:
-    """Per-image rows joined with the cell fields of the results table."""
-    res, _ = run_context(run_dir)
-    s = read_samples(run_dir)
-    if not len(s):
-        from ..errors import UserError
-
-        raise UserError(f"{run_dir} has no samples/*.parquet; rerun the grid with this version")
-    keep = ["cell_id", "victim", "surrogate", "attack_label", "eps", "eps_str", "targeted", "is_whitebox"]
-    return s.merge(res[keep], on=["cell_id", "victim"], how="inner")
+from ...utils import atomic_path
+from ..runs import joined_samples, run_context
+from .distortion import success_curve
 
 
 def exposure_table(run_dir: str | Path, include_whitebox: bool = False, write: bool = True
@@ -51,7 +40,7 @@ def exposure_table(run_dir: str | Path, include_whitebox: bool = False, write: b
     median_min_l2 (over clean-correct images, minimum over every transfer cell of the run at any ε;
     NaN where distortion was not measured). Written to RUN/exposure.parquet/.csv when ``write``.
     """
-    s = _joined(run_dir)
+    s = joined_samples(run_dir)
     if not include_whitebox:
         s = s[~s["is_whitebox"].astype(bool)]
     has_min = "min_linf" in s.columns and s["min_linf"].notna().any()
@@ -109,16 +98,15 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
     (surrogate, attack); markers: the ASR crafted at each ε in the run. Needs measured minimal
     distortion (:func:`advtransfer.analysis.distortion.measure_run`). Saved as
     RUN/figures/asr_eps_<surrogate>_<attack>.png/.pdf; returns the paths."""
-    import matplotlib
+    from ...plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
-    from ..plots import save_figure
+    from ...plots import save_figure
     from matplotlib.lines import Line2D
 
     res, _ = run_context(run_dir)
-    s = _joined(run_dir)
+    s = joined_samples(run_dir)
     if "min_linf" not in s.columns:
         return []
     s = s[s["min_linf"].notna() | s["queries"].notna()] if "queries" in s.columns else s

@@ -1,0 +1,9 @@
+"""Measures: each reads a run folder (and, where it says so, loads the run's models) and writes
+its own tables beside the run's (figures through :func:`advtransfer.plots.pyplot`).
+
+From the run folder alone: :mod:`.compare` (paired comparisons), :mod:`.golden` (regression
+counts), :mod:`.mismatch` (DUMB cases, lineage), :mod:`.whitebox_match`, :mod:`.exposure` (worst
+case over attacks, ASR vs ε), :mod:`.similarity` (SAT). Loading models: :mod:`.distortion`
+(minimal distortion along each transfer direction), :mod:`.blackbox` (HopSkipJump, a query attack
+used as a yardstick), :mod:`.fit` (FiT source selection), :mod:`.knowledge` (α1, α2 with own-label PGD).
+"""
