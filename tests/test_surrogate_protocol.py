@@ -3,6 +3,9 @@ cost returned with the examples, no per-call state kept on the attack, and a typ
 weight collections (issue 30, point 1)."""
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 import torch.nn as nn
@@ -29,6 +32,11 @@ def test_surrogate_set_is_immutable_and_an_attack_call_leaves_it_unchanged():
     assert res.grad_evals == 3 * 2
     assert S.models is models and torch.equal(S.weights, weights) and S.names == ("a", "b")
     assert not hasattr(S, "grad_evals") and not hasattr(S, "loss")
+    # a value: it copies and pickles, and the copy is as immutable
+    T = pickle.loads(pickle.dumps(S))
+    assert T.names == S.names and torch.equal(T.weights, S.weights) and len(T) == 2
+    with pytest.raises(AttributeError, match="immutable"):
+        copy.deepcopy(S).names = ("c",)
 
 
 def test_the_objective_travels_with_the_call_not_with_the_set():

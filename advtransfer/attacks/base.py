@@ -188,6 +188,11 @@ class SurrogateSet:
         raise AttributeError(f"a SurrogateSet is immutable (cannot set {name!r}); give the loss, ensemble mode "
                              f"and labels as an Objective with the call")
 
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Unpickling and copying fill the slots once, as :meth:`__init__` does."""
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
     def __len__(self) -> int:
         return len(self.models)
 
