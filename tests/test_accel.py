@@ -174,9 +174,9 @@ def test_vectorised_members_equal_sequential(test_data):
     grads = {}
     for vec in (False, True):
         coll = MemberCollection(members, per_step=3, seed=1, vectorise=vec)
-        S = SurrogateSet(coll)
+        S = SurrogateSet(coll).bind()
         S.advance()
-        outs = coll.draws_logits(x)
+        outs = coll.step_logits(x)
         assert len(outs) == 3
         grads[vec] = (S.grad(x, y), torch.stack(outs), list(coll.order))
     assert grads[False][2] == grads[True][2]  # the same members drawn

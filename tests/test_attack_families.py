@@ -131,21 +131,15 @@ def test_feature_attacks_refuse_targets_and_collections(name, small_batch):
     with pytest.raises(UserError, match="untargeted only"):
         create_attack(name, targeted=True)
 
-    class Collection(nn.Module):  # what a LGV/SWAG collection looks like to an attack
-        def __init__(self):
-            super().__init__()
-            self.members = nn.ModuleList([_one_block(4)])
+    from advtransfer.attacks import ModelCollection
+    from advtransfer.models.collections import MemberCollection
 
-        def forward(self, x):
-            return self.members[0](x)
-
-        def draw_logits(self, x, k):
-            return self(x)
-
+    coll = MemberCollection([_one_block(4), _one_block(4)])  # a two-member LGV-style collection
+    assert isinstance(coll, ModelCollection) and not isinstance(_one_block(4), ModelCollection)
     x, y = small_batch
     with pytest.raises(UserError, match="weight collection"):
         create_attack(name, steps=1, **({"base_steps": 1} if name == "ila" else {}))(
-            SurrogateSet(Collection(), names=["lgv"]), x, y)
+            SurrogateSet(coll, names=["lgv"]), x, y)
 
 
 def test_feature_objectives_move_their_features(trained, test_data):
@@ -164,9 +158,9 @@ def test_feature_objectives_move_their_features(trained, test_data):
         assert float(rel(push).median()) > 2 * float(rel(noise).median())
     # ILA's objective rises above the value its own baseline stage reached (it starts from x)
     atk = create_attack("ila", eps=eps, steps=5, base_steps=5)
-    S = SurrogateSet(model)
-    x_ila = atk(S, x, y, idx)
-    assert S.grad_evals == 10
+    res = atk.run(SurrogateSet(model), x, y, idx)
+    x_ila = res.x_adv
+    assert res.grad_evals == 10
     base = create_attack("mifgsm", eps=eps, steps=5)(SurrogateSet(model), x, y, idx)
     with torch.no_grad(), FeatureTap(model, "auto") as t:
         f0, fb, fi = (t.features(v)[0].flatten(1) for v in (x, base, x_ila))

@@ -34,11 +34,11 @@ def _register():
                 torch.manual_seed(self.seed)
                 gen = _Generator()
             opt = torch.optim.Adam(gen.parameters(), lr=self.extra["lr"])
-            S.reset()
+            call = S.bind(self.objective())
             evals = 0
             for _ in range(self.steps):
-                S.advance()
-                loss = -S.objective(gen(xt, self.eps), yt).mean()
+                call.advance()
+                loss = -call.loss(gen(xt, self.eps), yt).mean()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

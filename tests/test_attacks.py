@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
+from advtransfer.attacks import ATTACKS, Objective, SurrogateSet, create_attack
 from advtransfer.attacks.base import PER_IMAGE_KINDS
 from advtransfer.attacks.features import FeatureLevelAttack
 
@@ -42,7 +42,8 @@ def test_eps_ball_range_and_grad_evals(name, norm, eps, pair, batch):
     x, y, idx = batch
     atk = create_attack(name, eps=eps, norm=norm, **_params(name))
     S = SurrogateSet(pair, names=["resnet20_a", "vgg_a"])
-    x_adv = atk(S, x, y, idx)
+    res = atk.run(S, x, y, idx)
+    x_adv = res.x_adv
     assert x_adv.shape == x.shape and x_adv.dtype == x.dtype
     d = (x_adv - x).flatten(1)
     size = d.abs().amax(1) if norm == "linf" else d.norm(dim=1)
@@ -50,7 +51,7 @@ def test_eps_ball_range_and_grad_evals(name, norm, eps, pair, batch):
     assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0, "pixels leave [0,1]"
     assert float(size.mean()) > 0.25 * eps, "the attack barely moved the images"
     # every gradient evaluation is counted, and equals the attack's published formula
-    assert S.grad_evals == atk.grad_evals_formula(len(S)) > 0
+    assert res.grad_evals == atk.grad_evals_formula(len(S)) > 0
 
 
 @pytest.mark.parametrize("name", TARGETED_ATTACKS)
@@ -61,7 +62,8 @@ def test_targeted_mode_moves_towards_the_target(name, pair, batch):
     x_adv = create_attack(name, eps=16 / 255, targeted=True, **_params(name, steps=5))(S, x, target, idx)
     # targeted attacks descend the target class's cross-entropy on (almost) every image
     # (the objective is -CE(target); ci-size models are too weak for a reliable hit-rate band)
-    gain = S.objective(x_adv, target, targeted=True) - S.objective(x, target, targeted=True)
+    call = S.bind(Objective(targeted=True))
+    gain = call.loss(x_adv, target) - call.loss(x, target)
     # backward-path attacks ascend a deliberately altered gradient (linearised ReLUs, damped
     # residual branches), not the objective's own: most images, not almost all (a random
     # direction would give about half)

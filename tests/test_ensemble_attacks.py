@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
+from advtransfer.attacks import ATTACKS, Objective, SurrogateSet, create_attack
 from advtransfer.attacks.adaea import disagreement_mask
 
 ENS = ("resnet20_a", "vgg_a", "mobilenet_a")
@@ -22,6 +22,11 @@ def members(trained):
 def _surrogates(members, k=None, **kw) -> SurrogateSet:
     ms = members if k is None else members[:k]
     return SurrogateSet(ms, names=list(ENS[: len(ms)]), **kw)
+
+
+def _loss(members, ensemble="logit", **kw):
+    """The per-sample loss of the logit/loss/prob ensemble of ``members`` (weights in kw)."""
+    return _surrogates(members, **kw).bind(Objective(ensemble=ensemble)).loss
 
 
 def _gradient_attacks() -> list[str]:
@@ -86,8 +91,7 @@ def test_grad_evals_match_formula_for_one_and_three_models(members, test_data, n
     x, y, idx = (t[:2] for t in test_data)
     S = _surrogates(members, k)
     attack = create_attack(name, eps=EPS, steps=2)
-    attack(S, x, y, idx)
-    assert S.grad_evals == attack.grad_evals_formula(k) > 0
+    assert attack.run(S, x, y, idx).grad_evals == attack.grad_evals_formula(k) > 0
 
 
 def test_objective_modes_and_weights(members, test_data):
@@ -95,22 +99,22 @@ def test_objective_modes_and_weights(members, test_data):
     with torch.no_grad():
         logits = [m(x) for m in members]
         for mode in ("logit", "loss", "prob"):
-            S = _surrogates(members, ensemble=mode, weights=[1.0, 0.0, 0.0])
-            assert torch.allclose(S.objective(x, y), F.cross_entropy(logits[0], y, reduction="none"), atol=1e-5)
+            loss = _loss(members, ensemble=mode, weights=[1.0, 0.0, 0.0])
+            assert torch.allclose(loss(x, y), F.cross_entropy(logits[0], y, reduction="none"), atol=1e-5)
         w = torch.tensor([0.5, 0.3, 0.2])
-        S = _surrogates(members, ensemble="loss", weights=w.tolist())
+        loss = _loss(members, ensemble="loss", weights=w.tolist())
         expect = sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(w, logits))
-        assert torch.allclose(S.objective(x, y), expect, atol=1e-5)
-        S = _surrogates(members, ensemble="logit")
+        assert torch.allclose(loss(x, y), expect, atol=1e-5)
+        loss = _loss(members, ensemble="logit")
         expect = F.cross_entropy(sum(logits) / 3, y, reduction="none")
-        assert torch.allclose(S.objective(x, y), expect, atol=1e-5)
+        assert torch.allclose(loss(x, y), expect, atol=1e-5)
         # per-sample weights (AdaEA): rows equal to the shared weights give the same objective,
         # and a row that selects one model gives that model's loss for that image only
         for mode in ("logit", "loss", "prob"):
-            S = _surrogates(members, ensemble=mode, weights=w.tolist())
-            assert torch.allclose(S.objective(x, y, weights=w.expand(6, 3)), S.objective(x, y), atol=1e-6)
+            loss = _loss(members, ensemble=mode, weights=w.tolist())
+            assert torch.allclose(loss(x, y, weights=w.expand(6, 3)), loss(x, y), atol=1e-6)
         rows = torch.tensor([[1.0, 0, 0]] * 3 + [[0, 0, 1.0]] * 3)
-        got = _surrogates(members).objective(x, y, weights=rows)
+        got = _loss(members)(x, y, weights=rows)
         assert torch.allclose(got[:3], F.cross_entropy(logits[0][:3], y[:3], reduction="none"), atol=1e-5)
         assert torch.allclose(got[3:], F.cross_entropy(logits[2][3:], y[3:], reduction="none"), atol=1e-5)
 

@@ -155,7 +155,7 @@ def _authors_sgm_hooks(model: nn.Module, arch: str, gamma: float) -> list:
 def _sgm_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor, **params) -> tuple[torch.Tensor, list[int]]:
     atk = create_attack("sgm", **params)
     with applied(atk.surgery(), [model]) as counts:
-        return SurrogateSet(model).grad(x, y), counts
+        return SurrogateSet(model).bind().grad(x, y), counts
 
 
 def _authors_sgm_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -178,7 +178,7 @@ def test_sgm_gradient_is_the_authors_hooks_on_torchvision_resnet18(images):
     g, _ = _sgm_grad(model, x, y, gamma=0.2)  # a batch: each image as if alone
     torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-13)
     # the test can fail: the plain gradient and the equation form (every block decayed) differ
-    plain = SurrogateSet(model).grad(x, y)
+    plain = SurrogateSet(model).bind().grad(x, y)
     eq, counts_eq = _sgm_grad(model, x, y, gamma=0.2, form="equation")
     assert counts_eq == [8]
     for other in (plain, eq):
@@ -317,7 +317,7 @@ def _authors_linbp_grad(stem, stages: list[nn.Sequential], head, x: torch.Tensor
 def _linbp_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor, **params) -> tuple[torch.Tensor, list[int]]:
     atk = create_attack("linbp", **params)
     with applied(atk.surgery(tuple(x.shape[1:])), [model]) as counts:
-        return SurrogateSet(model).grad(x, y), counts
+        return SurrogateSet(model).bind().grad(x, y), counts
 
 
 def test_linbp_gradient_is_the_authors_renormalised_backward_on_torchvision_resnet18(images):
@@ -332,7 +332,7 @@ def test_linbp_gradient_is_the_authors_renormalised_backward_on_torchvision_resn
     torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-13)
     # the re-normalisation matters: plain linear backpropagation (version 1) and the true gradient differ
     eq, _ = _linbp_grad(model, x, y, layer="net.layer2.1", form="equation")
-    plain = SurrogateSet(model).grad(x, y)
+    plain = SurrogateSet(model).bind().grad(x, y)
     for other in (eq, plain):
         assert float((_unit(g) - _unit(other)).abs().max()) > 1e-3
     with applied(create_attack("linbp", layer="net.layer2.1").surgery((3, 32, 32)), [model]):
@@ -370,7 +370,7 @@ def test_linbp_without_residual_blocks_linearises_every_relu_from_the_layer(imag
     e, _ = _linbp_grad(vgg, x, y, layer="net.3", form="equation")
     assert counts == [3]
     torch.testing.assert_close(a, e, rtol=0, atol=0)
-    assert float((_unit(a) - _unit(SurrogateSet(vgg).grad(x, y))).abs().max()) > 1e-3
+    assert float((_unit(a) - _unit(SurrogateSet(vgg).bind().grad(x, y))).abs().max()) > 1e-3
 
 
 def test_linbp_on_the_harness_mobilenet_renormalises_each_residual_branch(images):
@@ -387,7 +387,7 @@ def test_linbp_on_the_harness_mobilenet_renormalises_each_residual_branch(images
     atk = create_attack("linbp", layer=layer)
     with applied(atk.surgery((3, 32, 32)), [model]) as counts:
         torch.testing.assert_close(model(x), before, rtol=0, atol=0)
-        g = SurrogateSet(model).grad(x, y)
+        g = SurrogateSet(model).bind().grad(x, y)
         # one block's branch, probed on its own: the gradient it passes to the block input has the
         # norm of the true (ReLU) branch's, along the linear branch's direction
         b = blocks[-1]

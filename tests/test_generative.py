@@ -231,7 +231,8 @@ def test_pdcl_runs_with_a_tiny_clip(tiny_clip_zoo, trained, train_images):
     atk.clip_model = zoo.load_model(tiny_clip_zoo)
     S = SurrogateSet([trained("resnet20_a")], ["resnet20_a"])
     G, info = atk.train(S, xt[:48], yt[:48], aux={"clip": atk.clip_model})
-    assert sum(atk.prompt_losses[-3:]) < sum(atk.prompt_losses[:3])
+    assert sum(info["prompt_losses"][-3:]) < sum(info["prompt_losses"][:3])
+    assert not hasattr(atk, "prompt_losses")  # the run keeps its record, not the attack
     assert info["passes"] == 3 * 16 and info["aux_passes"] == 3 * 16
     x_adv = atk.apply(G, xt[:8], None, 8, "cpu")
     assert float((x_adv - xt[:8]).abs().max()) <= 8 / 255 + 1e-6

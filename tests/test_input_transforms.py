@@ -76,8 +76,8 @@ def test_gradient_evaluations_are_steps_times_copies(name, copies):
     atk = create_attack(name, eps=4 / 255, steps=2, **{copies: 3})
     if name == "admix":  # 3 mixed-in images x 5 scale copies
         atk.set_pool(torch.rand(4, 3, 8, 8))
-    atk(S, torch.rand(2, 3, 8, 8), torch.tensor([1, 2]))
-    assert S.grad_evals == 2 * 3 * (5 if name == "admix" else 1) * 2
+    res = atk.run(S, torch.rand(2, 3, 8, 8), torch.tensor([1, 2]))
+    assert res.grad_evals == 2 * 3 * (5 if name == "admix" else 1) * 2
 
 
 def test_admix_gradient_mixes_pool_images_and_scales():

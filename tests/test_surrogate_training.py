@@ -176,8 +176,7 @@ def test_averaging_k_members_averages_input_gradients(st_models, test_data):
     x, y, _ = test_data
     x, y = x[:16], y[:16]
     members = zoo.load_members("resnet20_lgv", "ci")
-    S = SurrogateSet(MemberCollection(members, per_step=3))
-    S.reset()
+    S = SurrogateSet(MemberCollection(members, per_step=3)).bind()
     S.advance()
     g = S.grad(x, y)
     assert S.grad_evals == 3
@@ -224,10 +223,11 @@ def test_every_attack_over_a_collection_keeps_ball_and_counts(name, st_models, t
             with pytest.raises(UserError, match="weight collection"):
                 attack(S, x, y, idx)
             continue
-        xa = attack(S, x, y, idx)
+        res = attack.run(S, x, y, idx)
+        xa = res.x_adv
         assert float((xa - x).abs().max()) <= eps + 1e-6 and 0 <= float(xa.min()) and float(xa.max()) <= 1
         per_call = per_step + len(extra)
-        assert S.grad_evals == attack.grad_evals_formula(1) * per_call, (name, per_step, len(extra))
+        assert res.grad_evals == attack.grad_evals_formula(1) * per_call, (name, per_step, len(extra))
 
 
 def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):

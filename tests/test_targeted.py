@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advtransfer.attacks import SurrogateSet, create_attack
+from advtransfer.attacks import Objective, SurrogateSet, create_attack
 from advtransfer.attacks.base import CraftContext, potrip_loss
 from advtransfer.errors import UserError
 
@@ -20,10 +20,9 @@ def test_logit_loss_gradient_is_the_logit_gradient():
     x = torch.rand(4, 3, 2, 2, dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 3])
     S = SurrogateSet(net)
-    S.loss = "logit"
     W = net[1].weight.detach()
-    torch.testing.assert_close(S.grad(x, y).flatten(1), -W[y])
-    torch.testing.assert_close(S.grad(x, y, targeted=True).flatten(1), W[y])
+    torch.testing.assert_close(S.bind(Objective(loss="logit")).grad(x, y).flatten(1), -W[y])
+    torch.testing.assert_close(S.bind(Objective(loss="logit", targeted=True)).grad(x, y).flatten(1), W[y])
 
 
 def test_potrip_falls_as_the_logits_concentrate_on_the_target():

@@ -24,13 +24,14 @@ def test_uap_stays_in_eps_ball_and_fools_its_surrogate_on_held_out_images(traine
     eps = 16 / 255
     attack = create_attack("sgd_uap", eps=eps, steps=60, batch=50, n_craft=1000)
     S = SurrogateSet([model], ["resnet20_a"])
-    delta = attack.craft_delta(S, xc, yc)
+    crafted = attack.craft_delta(S, xc, yc)
+    delta = crafted.delta
     assert delta.shape == (1, 3, 32, 32)
     assert float(delta.abs().max()) <= eps + 1e-6
     # sign steps of size ε/5 saturate most pixels at ±ε: δ is not a trivial zero
     assert float((delta.abs() > eps * 0.99).float().mean()) > 0.5
     # 60 updates of 50 images: every crafting image visited 3 times, one model -> 3 evaluations each
-    assert S.grad_evals == 3
+    assert crafted.grad_evals == 3
     with torch.no_grad():
         clean_err = float((model(x).argmax(1) != y).float().mean())
         adv_err = float((model((x + delta).clamp(0, 1)).argmax(1) != y).float().mean())
@@ -45,12 +46,15 @@ def test_uap_called_as_plain_attack_returns_images_in_the_ball(trained, test_dat
     x, y = x[:40], y[:40]
     eps = 8 / 255
     attack = create_attack("sgd_uap", eps=eps, steps=4, batch=20, n_craft=40)
-    x_adv = attack(trained("vgg_a"), x, y)
+    res = attack.run(trained("vgg_a"), x, y)
+    x_adv, delta = res.x_adv, res.extras["delta"]
     d = x_adv - x
     assert float(d.abs().max()) <= eps + 1e-6 and 0 <= float(x_adv.min()) and float(x_adv.max()) <= 1
     # one δ for all images: wherever no pixel was clipped at 0 or 1 the difference is identical
-    inside = ((x + attack.last_delta) >= 0) & ((x + attack.last_delta) <= 1)
-    assert torch.allclose(d[inside], attack.last_delta.expand_as(x)[inside], atol=1e-6)
+    inside = ((x + delta) >= 0) & ((x + delta) <= 1)
+    assert torch.allclose(d[inside], delta.expand_as(x)[inside], atol=1e-6)
+    # 4 updates of 20 of the 40 images: each visited twice
+    assert res.grad_evals == 2 and res.extras["info"] == {}
 
 
 def test_bandit_counts_add_up_to_steps_times_k(trained, craft_images):
@@ -59,16 +63,18 @@ def test_bandit_counts_add_up_to_steps_times_k(trained, craft_images):
     names = ["resnet20_a", "vgg_a", "resnet20_a_again"]
     S = SurrogateSet([trained("resnet20_a"), trained("vgg_a"), trained("resnet20_a")], names)
     attack = create_attack("xtransfer_uap", eps=8 / 255, steps=9, batch=40, n_craft=360, k=2)
-    attack.craft_delta(S, xc[:360], yc[:360])
-    info = attack.info()
+    crafted = attack.craft_delta(S, xc[:360], yc[:360])
+    info = crafted.info
     counts = info["bandit_counts"]
     assert set(counts) == set(names)
     assert sum(counts.values()) == 9 * 2
     # UCB plays every arm before exploiting: each was used at least once
     assert min(counts.values()) >= 1
     # 9 updates × 40 images × 2 members over 360 crafting images = 2 gradient evaluations each
-    assert S.grad_evals == 2
+    assert crafted.grad_evals == 2
     assert info["forward_evals_total"] == 9 * 40 * 2
+    # the bandit lives in the run: a second run starts from zero counts and repeats the first
+    assert attack.craft_delta(S, xc[:360], yc[:360]).info == info
 
 
 def test_universal_parameters_are_checked():

@@ -1,9 +1,12 @@
 """Attack registry. ``create_attack(name, **params)``; ``ATTACKS.names()`` lists them.
 
-Every attack takes pixels in [0,1] (N×C×H×W), ε in that space (e.g. 8/255), and a
-:class:`SurrogateSet` (one model or several) that counts gradient evaluations per image.
+Every attack takes pixels in [0,1] (N×C×H×W), ε in that space (e.g. 8/255), and an immutable
+:class:`SurrogateSet` (one model or several, plain or a :class:`ModelCollection`); each call binds
+it to the attack's :class:`Objective` in a :class:`SurrogateCall` that counts gradient evaluations
+per image, and :meth:`Attack.run` returns them with the examples in a :class:`Perturbed`.
 """
-from .base import ATTACKS, Attack, SurrogateSet, create_attack, register_attack
+from .base import (ATTACKS, Attack, ModelCollection, Objective, Perturbed, SurrogateCall, SurrogateSet,
+                   create_attack, register_attack)
 from . import fgsm, ifgsm, pgd, mifgsm, nifgsm, difgsm, tifgsm, vmifgsm  # noqa: F401  (registration)
 from . import sim, ssa, bsr, admix  # noqa: F401  (input-transformation attacks)
 from . import sgm, linbp, pas  # noqa: F401  (backward-path attacks)
@@ -12,4 +15,5 @@ from . import sgd_uap, xtransfer_uap  # noqa: F401  (universal perturbations)
 from . import svre, adaea, cwa, cwa_sam, cwa_cse  # noqa: F401  (ensemble attacks)
 from . import cda, bia, facl, pdcl, cgnc, dual_flow  # noqa: F401  (generative attacks)
 
-__all__ = ["ATTACKS", "Attack", "SurrogateSet", "create_attack", "register_attack"]
+__all__ = ["ATTACKS", "Attack", "ModelCollection", "Objective", "Perturbed", "SurrogateCall", "SurrogateSet",
+           "create_attack", "register_attack"]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from .base import Attack, SurrogateSet, register_attack, take_extra
+from .base import Attack, SurrogateCall, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
 
@@ -59,7 +59,7 @@ class AdaEA(Attack):
         return {k: (v if k == "ratio" else float(v)) for k, v in extra.items()}
 
     @torch.no_grad()
-    def weights(self, S: SurrogateSet, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+    def weights(self, S: SurrogateCall, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                 grads: list[torch.Tensor]) -> torch.Tensor:
         """N×n per-sample model weights from the one-step transfer ratios (AGM), on x's device."""
         n = len(grads)
@@ -80,17 +80,17 @@ class AdaEA(Attack):
                 r[:, j] = (sum(L[j][i] for i in range(n) if i != j) / (n - 1) / L[j][j]) ** sign
         return torch.softmax(self.extra["beta"] * r, dim=1)
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         mu = self.extra["momentum"]
         n = len(S)
         x_adv, g_acc = x.clone(), torch.zeros_like(x)
         base_w = S.weights.to(x.device, x.dtype)
         for _ in range(self.steps):
             S.advance()
-            grads = [S.grad(x_adv, y, self.targeted, idx=[j]) for j in range(n)]
+            grads = [S.grad(x_adv, y, idx=[j]) for j in range(n)]
             w = self.weights(S, x_adv, x, y, grads) * base_w  # grid weights act as a prior
             mask = disagreement_mask(grads, self.extra["threshold"])
-            g = S.grad(x_adv, y, self.targeted, weights=w) * mask
+            g = S.grad(x_adv, y, weights=w) * mask
             g_acc = mu * g_acc + normalize(g, 1)
             x_adv = project(x_adv + self.alpha * ascent_direction(g_acc, self.norm), x, self.eps, self.norm)
         return x_adv

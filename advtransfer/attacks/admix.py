@@ -2,6 +2,9 @@
 x + η·x' (x' another image) and m1 scale copies of each, γ_i·(x + η·x'), γ_i = 1/2^i."""
 from __future__ import annotations
 
+import copy
+import functools
+
 import torch
 
 from ..errors import UserError
@@ -33,39 +36,50 @@ class Admix(CopyAveragedAttack):
         return extra
 
     def set_pool(self, x_pool: torch.Tensor) -> "Admix":
-        """The images mixed in (M×C×H×W in [0,1]); the first ``n_pool`` are used."""
+        """The images mixed in (M×C×H×W in [0,1]); the first ``n_pool`` are used. Configuration,
+        like the parameters: give it before the calls it serves."""
         self._pool = x_pool[: int(self.extra["n_pool"])].detach()
         return self
 
     def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
         if ctx.train_data is None:
             raise UserError("admix mixes in training images: the cell gives it no training data")
-        self.set_pool(ctx.train_data(int(self.extra["n_pool"]))[0].to(ctx.device))
-        return super().craft(S, ctx)
+        # a copy configured with the cell's pool: the cell leaves this attack as it was
+        configured = copy.copy(self).set_pool(ctx.train_data(int(self.extra["n_pool"]))[0].to(ctx.device))
+        return CopyAveragedAttack.craft(configured, S, ctx)
 
     def n_copies(self) -> int:
         return int(self.extra["n_scales"]) * int(self.extra["n_mix"])
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        if self._pool is None:
-            from ..data import eval_subset, load_dataset
-
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, list[torch.Generator]]:
+        """(the pool on x's device and dtype, one generator per image) for this call."""
+        pool = self._pool
+        if pool is None:
             if tuple(x.shape[1:]) != (3, 32, 32):
                 raise UserError(f"admix needs images to mix in of the attacked size {tuple(x.shape[1:])}: run it "
                                 "through a grid, or call attack.set_pool(x_train) first")
-            self.set_pool(eval_subset(load_dataset("cifar10", "train"), int(self.extra["n_pool"]))[0])
-        if tuple(self._pool.shape[1:]) != tuple(x.shape[1:]):
-            raise UserError(f"admix: pool images {tuple(self._pool.shape[1:])} differ in size from the attacked "
+            pool = _cifar_pool(int(self.extra["n_pool"]))
+        if tuple(pool.shape[1:]) != tuple(x.shape[1:]):
+            raise UserError(f"admix: pool images {tuple(pool.shape[1:])} differ in size from the attacked "
                             f"images {tuple(x.shape[1:])}")
-        self._pool = self._pool.to(device=x.device, dtype=x.dtype)  # once per call, not per copy and step
-        self._gens = self.rngs(index, "admix")
+        # once per call, not per copy and step
+        return pool.to(device=x.device, dtype=x.dtype), self.rngs(index, "admix")
 
-    def copy_transforms(self):
-        pool, eta = self._pool, float(self.extra["portion"])
+    def copy_transforms(self, state: tuple[torch.Tensor, list[torch.Generator]]) -> list:
+        (pool, gens), eta = state, float(self.extra["portion"])
         out = []
         for _ in range(int(self.extra["n_mix"])):
-            pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in self._gens]).to(pool.device)
+            pick = torch.stack([torch.randint(len(pool), (), generator=g) for g in gens]).to(pool.device)
             other = pool[pick]
             out += [(lambda x, o=other, s=2.0 ** -i: s * (x + eta * o))
                     for i in range(int(self.extra["n_scales"]))]
         return out
+
+
+@functools.lru_cache(maxsize=1)
+def _cifar_pool(n: int) -> torch.Tensor:
+    """The first ``n`` CIFAR-10 training images (N×3×32×32 in [0,1]): the pool of a direct call
+    without :meth:`Admix.set_pool`."""
+    from ..data import eval_subset, load_dataset
+
+    return eval_subset(load_dataset("cifar10", "train"), n)[0].detach()

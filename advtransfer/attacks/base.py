@@ -10,7 +10,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -84,6 +84,20 @@ class Crafted:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Perturbed:
+    """The result of one attack call (:meth:`Attack.run`).
+
+    ``x_adv``: N×C×H×W in [0,1]; ``grad_evals``: surrogate forward+backward passes per image spent
+    by the call (per crafting image for kinds that learn on the images); ``extras``: what a learning
+    kind learned (universal: ``delta`` 1×C×H×W and ``info``; generative: ``generator`` and ``info``).
+    """
+
+    x_adv: torch.Tensor
+    grad_evals: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
 def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: int = 10) -> torch.Tensor:
     """Deterministic random target ≠ y per image, drawn from (seed, dataset index)."""
     out = []
@@ -93,140 +107,251 @@ def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: i
     return torch.tensor(out, dtype=torch.int64)
 
 
-class SurrogateSet:
-    """One or several surrogate models attacked together; counts gradient evaluations.
+@runtime_checkable
+class ModelCollection(Protocol):
+    """A multi-sample surrogate used as one member of a :class:`SurrogateSet` (LGV snapshots,
+    cSGLD samples, SWAG, posterior smoothing: :mod:`advtransfer.models.collections`).
 
-    ``grad_evals`` counts, per image, the forward+backward passes through single surrogate
-    models: a gradient of an n-model ensemble loss costs n. Members may be plain modules or
-    collections (objects with ``members`` and ``draw(step)``, see :mod:`advtransfer.models.collections`).
-
-    ``ensemble``: ``logit`` (cross-entropy of the weighted mean logits, the default), ``loss``
-    (weighted mean of per-model cross-entropies) or ``prob`` (negative log of the weighted mean
-    softmax probability).
+    Per attack iteration it draws K = ``evals_per_call`` weight sets; ``reset()`` reseeds the
+    draws (at the start of every attack call), ``advance()`` moves to the next iteration's draws,
+    ``draw_logits(x, k)`` gives the logits (N×classes) of draw k (0..K−1), ``step_logits(x)`` those
+    of all K draws of the iteration, ``mean_logits(x)`` the prediction of the whole collection.
+    Inputs are pixels in [0,1], N×C×H×W.
     """
 
+    @property
+    def evals_per_call(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def advance(self) -> None: ...
+
+    def draw_logits(self, x: torch.Tensor, k: int) -> torch.Tensor: ...
+
+    def step_logits(self, x: torch.Tensor) -> list[torch.Tensor]: ...
+
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What one attack call ascends, given with the call (never stored on the surrogate set).
+
+    ``loss``: one of :data:`LOSSES`; ``ensemble``: one of :data:`ENSEMBLE_MODES` (how the members'
+    outputs are combined); ``targeted``: the labels given to each gradient are targets, whose loss
+    the attacker descends (untargeted: true labels, ascended); ``y_true``: the batch's true labels
+    (N, int64; Po+Trip's triplet term needs them in a targeted call).
+    """
+
+    loss: str = "ce"
+    ensemble: str = "logit"
+    targeted: bool = False
+    y_true: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise UserError(f"unknown loss {self.loss!r}; use one of {', '.join(LOSSES)}")
+        if self.ensemble not in ENSEMBLE_MODES:
+            raise UserError(f"unknown ensemble mode {self.ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
+
+
+class SurrogateSet:
+    """One or several surrogate models attacked together: an immutable value (the models, their
+    names and weights). Members may be plain modules or :class:`ModelCollection` s.
+
+    It computes no loss by itself: :meth:`bind` pairs it with an :class:`Objective` for one attack
+    call, and the returned :class:`SurrogateCall` takes gradients and counts them. The set itself
+    only predicts (forward passes, never counted).
+    """
+
+    __slots__ = ("models", "names", "weights", "_collection")
+
+    models: tuple[nn.Module, ...]
+    names: tuple[str, ...]
+    weights: torch.Tensor
+
     def __init__(self, models: nn.Module | Sequence[nn.Module], names: Sequence[str] | None = None,
-                 weights: Sequence[float] | None = None, ensemble: str = "logit") -> None:
-        self.models = [models] if isinstance(models, nn.Module) else list(models)
-        if not self.models:
+                 weights: Sequence[float] | None = None) -> None:
+        ms = (models,) if isinstance(models, nn.Module) else tuple(models)
+        if not ms:
             raise UserError("a surrogate set needs at least one model")
-        self.names = list(names) if names is not None else [f"m{i}" for i in range(len(self.models))]
-        w = torch.ones(len(self.models)) if weights is None else torch.tensor(list(weights), dtype=torch.float32)
-        if len(w) != len(self.models) or (w < 0).any() or w.sum() <= 0:
+        w = torch.ones(len(ms)) if weights is None else torch.tensor(list(weights), dtype=torch.float32)
+        if len(w) != len(ms) or (w < 0).any() or w.sum() <= 0:
             raise UserError("ensemble weights must be non-negative, one per model, not all zero")
-        self.weights = w / w.sum()
-        if ensemble not in ENSEMBLE_MODES:
-            raise UserError(f"unknown ensemble mode {ensemble!r}; use one of {', '.join(ENSEMBLE_MODES)}")
-        self.ensemble = ensemble
-        self.loss = "ce"
-        self.y_true: torch.Tensor | None = None  # true labels of the batch (Po+Trip's triplet term)
-        self.grad_evals = 0
-        self.step = 0
+        set_ = object.__setattr__
+        set_(self, "models", ms)
+        set_(self, "names", tuple(names) if names is not None else tuple(f"m{i}" for i in range(len(ms))))
+        set_(self, "weights", w / w.sum())
+        set_(self, "_collection", tuple(isinstance(m, ModelCollection) for m in ms))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a SurrogateSet is immutable (cannot set {name!r}); give the loss, ensemble mode "
+                             f"and labels as an Objective with the call")
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Unpickling and copying fill the slots once, as :meth:`__init__` does."""
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
 
     def __len__(self) -> int:
         return len(self.models)
 
-    def reset(self) -> None:
-        """Start a new attack: zero the gradient-evaluation count and the step counter."""
-        self.grad_evals = 0
-        self.step = 0
-        for m in self.models:
-            if hasattr(m, "reset"):
-                m.reset()
-
-    def advance(self) -> None:
-        """Mark the start of a new attack iteration (collections draw their next member)."""
-        self.step += 1
-        for m in self.models:
-            if hasattr(m, "advance"):
-                m.advance()
-
-    def model(self, i: int) -> nn.Module:
-        """The module to use for member ``i`` at the current step."""
-        return self.models[i]
+    def is_collection(self, i: int) -> bool:
+        """Whether member ``i`` is a :class:`ModelCollection`."""
+        return self._collection[i]
 
     def evals_per_call(self, i: int) -> int:
         """Gradient evaluations one call through member ``i`` costs (a collection averaging K draws costs K)."""
-        return int(getattr(self.models[i], "evals_per_call", 1))
+        return int(self.models[i].evals_per_call) if self._collection[i] else 1
+
+    def logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """Logits (N×classes) of member ``i`` at the current draw, on pixels x in [0,1]."""
+        return self.models[i](x)
+
+    def step_logits(self, x: torch.Tensor, i: int, K: int) -> list[torch.Tensor]:
+        """Logits of member ``i`` for draws 0..K−1 of the current iteration (a plain model, or a
+        collection with fewer draws, repeats its outputs)."""
+        outs = self.models[i].step_logits(x) if self.evals_per_call(i) > 1 else [self.logits(x, i)]
+        return [outs[k % len(outs)] for k in range(K)]
 
     @torch.no_grad()
     def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The ensemble's weighted mean logits (N×classes; no gradient counted)."""
-        return sum(w * _forward(m, x, member_mean=True) for w, m in zip(self.weights, self.models))
+        """The ensemble's weighted mean logits (N×classes; collections predict with all their
+        members; no gradient counted)."""
+        return sum(w * (m.mean_logits(x) if c else m(x)) for w, m, c in zip(self.weights, self.models, self._collection))
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Labels predicted by the ensemble's weighted mean logits (no gradient counted)."""
+        """Labels (N) predicted by the ensemble's weighted mean logits (no gradient counted)."""
         return self.mean_logits(x).argmax(1)
 
-    def logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        return _forward(self.models[i], x)
+    def bind(self, objective: Objective | None = None) -> "SurrogateCall":
+        """The set as one attack call sees it, with ``objective`` (default: untargeted
+        cross-entropy of the logit ensemble). Starts the call: collections reseed their draws."""
+        return SurrogateCall(self, objective if objective is not None else Objective())
 
-    def objective(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
-                  idx: Sequence[int] | None = None, weights: torch.Tensor | None = None,
-                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-        """Per-sample attacker objective (N,) over members ``idx`` (all by default), to ascend.
+
+class SurrogateCall:
+    """One attack call on a :class:`SurrogateSet` with its :class:`Objective`: takes gradients,
+    counts them, and steps the collections' draws. Made by :meth:`SurrogateSet.bind` at the start
+    of every call and dropped at its end, so nothing of a call outlives it.
+
+    ``grad_evals`` counts, per image, the forward+backward passes through single surrogate models
+    spent in this call: a gradient of an n-model ensemble loss costs n (K for a collection
+    averaging K draws). ``step`` is the number of iterations begun (:meth:`advance`).
+    """
+
+    def __init__(self, surrogates: SurrogateSet, objective: Objective) -> None:
+        self.surrogates = surrogates
+        self.objective = objective
+        self.grad_evals = 0
+        self.step = 0
+        for m, c in zip(surrogates.models, surrogates._collection):
+            if c:
+                m.reset()
+
+    # the set's read-only parts, so attacks read one object
+    @property
+    def models(self) -> tuple[nn.Module, ...]:
+        return self.surrogates.models
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.surrogates.names
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.surrogates.weights
+
+    def __len__(self) -> int:
+        return len(self.surrogates)
+
+    def evals_per_call(self, i: int) -> int:
+        return self.surrogates.evals_per_call(i)
+
+    def logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        return self.surrogates.logits(x, i)
+
+    def mean_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.surrogates.mean_logits(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.surrogates.predict(x)
+
+    def advance(self) -> None:
+        """Mark the start of a new attack iteration (collections draw their next members)."""
+        self.step += 1
+        for m, c in zip(self.surrogates.models, self.surrogates._collection):
+            if c:
+                m.advance()
+
+    def count(self, evals: int) -> None:
+        """Add ``evals`` gradient evaluations per image spent outside :meth:`grad` (an attack that
+        backpropagates through the members itself, e.g. at a feature layer)."""
+        self.grad_evals += int(evals)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: Sequence[int] | None = None,
+             weights: torch.Tensor | None = None,
+             transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """Per-sample attacker objective (N,) over members ``idx`` (all by default), to ascend:
+        the objective's loss of labels ``y`` (N), negated when targeted.
 
         ``weights``: one weight per member (shape n) or one row per sample (shape N×n, for
         attacks such as AdaEA that weight the models per image); renormalised over ``idx``.
-        ``transform`` (e.g. input diversity) is applied to x before the forward pass.
+        ``transform`` (e.g. input diversity) is applied to x (pixels in [0,1]) before the forward pass.
         """
-        idx = list(range(len(self.models))) if idx is None else list(idx)
+        S = self.surrogates
+        idx = list(range(len(S))) if idx is None else list(idx)
         if transform is not None:
             x = transform(x)
         # weights: (n,) shared, or (N, n) per image (AdaEA)
-        w = (self.weights if weights is None else weights)[..., idx].to(x.dtype)
+        w = (S.weights if weights is None else weights)[..., idx].to(x.dtype)
         w = w / w.sum(-1, keepdim=True)
-        K = max(self.evals_per_call(i) for i in idx)
+        K = max(S.evals_per_call(i) for i in idx)
         if K == 1:
-            ce = self._combine([self.logits(x, i) for i in idx], w, y)
+            ce = self._combine([S.logits(x, i) for i in idx], w, y)
         else:
             # A collection drawing K weight sets per iteration: the objective is the mean over
             # draws k of the ensemble objective with draw k, so its input gradient is the mean
             # of the K draws' gradients (plain members are evaluated once).
-            per = [self._draw_logits(x, i, K) for i in idx]
+            per = [S.step_logits(x, i, K) for i in idx]
             ce = sum(self._combine([p[k] for p in per], w, y) for k in range(K)) / K
-        return -ce if targeted else ce
-
-    def _draw_logits(self, x: torch.Tensor, i: int, K: int) -> list[torch.Tensor]:
-        """Logits of member ``i`` for draws 0..K−1 (a plain model, or a collection with fewer
-        draws, repeats its outputs)."""
-        ki = self.evals_per_call(i)
-        m = self.models[i]
-        outs = m.draws_logits(x) if ki > 1 else [self.logits(x, i)]
-        return [outs[k % len(outs)] for k in range(K)]
+        return -ce if self.objective.targeted else ce
 
     def _combine(self, outs: list[torch.Tensor], w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-sample loss of the ensemble of ``outs`` under this set's mode and loss, signed like
-        cross-entropy (the attacker ascends it untargeted and descends it targeted); ``w`` is (n,)
-        or (N, n)."""
+        """Per-sample loss of the ensemble of ``outs`` under the objective's mode and loss, signed
+        like cross-entropy (the attacker ascends it untargeted and descends it targeted); ``w`` is
+        (n,) or (N, n)."""
+        obj = self.objective
         wcol = [w[..., k] for k in range(len(outs))]  # scalar or N-vector per member
         wrow = [c.unsqueeze(-1) if c.dim() else c for c in wcol]  # broadcast over classes
-        if self.loss == "logit":  # linear in the logits: the three ensemble modes coincide
+        if obj.loss == "logit":  # linear in the logits: the three ensemble modes coincide
             return -sum(wi * o for wi, o in zip(wrow, outs)).gather(1, y[:, None]).squeeze(1)
-        if self.loss == "potrip":
-            return potrip_loss(sum(wi * o for wi, o in zip(wrow, outs)), y, self.y_true)
-        if self.ensemble == "logit":
+        if obj.loss == "potrip":
+            return potrip_loss(sum(wi * o for wi, o in zip(wrow, outs)), y, obj.y_true)
+        if obj.ensemble == "logit":
             return F.cross_entropy(sum(wi * o for wi, o in zip(wrow, outs)), y, reduction="none")
-        if self.ensemble == "loss":
+        if obj.ensemble == "loss":
             return sum(wi * F.cross_entropy(o, y, reduction="none") for wi, o in zip(wcol, outs))
         p = sum(wi * F.softmax(o, 1) for wi, o in zip(wrow, outs))
         return F.nll_loss(torch.log(p.clamp_min(1e-12)), y, reduction="none")
 
-    def grad(self, x: torch.Tensor, y: torch.Tensor, targeted: bool = False,
-             idx: Sequence[int] | None = None, weights: torch.Tensor | None = None,
+    def grad(self, x: torch.Tensor, y: torch.Tensor, idx: Sequence[int] | None = None,
+             weights: torch.Tensor | None = None,
              transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-        """Input gradient of the summed per-sample objective at ``x`` (same shape as x).
+        """Input gradient of the summed per-sample objective (:meth:`loss`) at ``x`` (same shape
+        as x, N×C×H×W).
 
         Summing (not averaging) keeps each sample's gradient independent of the batch size.
         Adds one gradient evaluation per member used (K for a member averaging K draws).
         """
-        idx = list(range(len(self.models))) if idx is None else list(idx)
+        S = self.surrogates
+        idx = list(range(len(S))) if idx is None else list(idx)
         xg = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():
-            loss = self.objective(xg, y, targeted, idx, weights, transform).sum()
+            loss = self.loss(xg, y, idx, weights, transform).sum()
             (g,) = torch.autograd.grad(loss, xg)
-        self.grad_evals += sum(self.evals_per_call(i) for i in idx)
+        self.grad_evals += sum(S.evals_per_call(i) for i in idx)
         return g.detach()
 
 
@@ -248,12 +373,6 @@ def potrip_loss(logits: torch.Tensor, target: torch.Tensor, y_true: torch.Tensor
     d_t = 1 - logits.gather(1, target[:, None]).squeeze(1).abs() / zn
     d_y = 1 - logits.gather(1, y_true[:, None]).squeeze(1).abs() / zn
     return poincare + lam * (d_t - d_y + margin).clamp_min(0)
-
-
-def _forward(m: nn.Module, x: torch.Tensor, member_mean: bool = False) -> torch.Tensor:
-    if member_mean and hasattr(m, "mean_logits"):
-        return m.mean_logits(x)
-    return m(x)
 
 
 class Attack:
@@ -328,7 +447,12 @@ class Attack:
         (unknown names are a :class:`UserError`). Subclasses validate the values after calling it."""
         return take_extra(self, kwargs)
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor,
+                index: torch.Tensor) -> torch.Tensor | Perturbed:
+        """The per-image kinds' work: x_adv (N×C×H×W in [0,1]) for images x with labels y (targets
+        when targeted) on the call ``S``, whose gradient evaluations count the cost. Per-call
+        state lives in locals, never on the attack. A kind that learns (universal, generative)
+        returns a :class:`Perturbed` with its own cost and what it learned."""
         raise NotImplementedError
 
     def grad_evals_formula(self, n_models: int) -> int:
@@ -353,33 +477,42 @@ class Attack:
             out["target"] = self.target
         return out
 
-    def __call__(self, surrogate: SurrogateSet | nn.Module | Sequence[nn.Module], x: torch.Tensor,
-                 y: torch.Tensor, index: torch.Tensor | None = None, y_true: torch.Tensor | None = None) -> torch.Tensor:
-        """Craft adversarial examples.
+    def objective(self, y_true: torch.Tensor | None = None) -> Objective:
+        """This attack's :class:`Objective` for one call: its loss, ensemble mode and
+        targeting, with the batch's true labels ``y_true`` (N)."""
+        return Objective(self.loss, self.ensemble, self.targeted, y_true)
+
+    def run(self, surrogate: SurrogateSet | nn.Module | Sequence[nn.Module], x: torch.Tensor,
+            y: torch.Tensor, index: torch.Tensor | None = None, y_true: torch.Tensor | None = None) -> Perturbed:
+        """Craft adversarial examples; the one public call path of every per-image use.
 
         x: N×C×H×W in [0,1]; y: labels N (the *target* labels when ``targeted``); index: dataset
         indices N (seeds the per-image randomness; defaults to 0..N-1); y_true: the true labels
-        when ``targeted`` (needed by loss potrip). Returns x_adv, same shape, with ‖x_adv − x‖ ≤ ε
-        per sample and x_adv in [0,1]. ``surrogate.grad_evals`` afterwards holds the gradient
-        evaluations spent per image.
+        when ``targeted`` (needed by loss potrip). Returns a :class:`Perturbed`: x_adv, same shape,
+        with ‖x_adv − x‖ ≤ ε per sample and x_adv in [0,1]; the gradient evaluations spent per
+        image; what a learning kind learned (``extras``). The surrogate set is not changed.
         """
         S = surrogate if isinstance(surrogate, SurrogateSet) else SurrogateSet(surrogate)
-        S.ensemble = self.ensemble
-        S.loss = self.loss
-        S.y_true = y_true if self.targeted else y
-        S.reset()
+        call = S.bind(self.objective(y_true if self.targeted else y))
         if index is None:
             index = torch.arange(len(x))
         x = x.detach()
-        x_adv = self.perturb(S, x, y, index)
+        out = self.perturb(call, x, y, index)
+        if not isinstance(out, Perturbed):
+            out = Perturbed(out, call.grad_evals)
         from .ops import project
 
-        return project(x_adv.detach(), x, self.eps, self.norm)
+        return Perturbed(project(out.x_adv.detach(), x, self.eps, self.norm), out.grad_evals, out.extras)
+
+    def __call__(self, surrogate: SurrogateSet | nn.Module | Sequence[nn.Module], x: torch.Tensor,
+                 y: torch.Tensor, index: torch.Tensor | None = None, y_true: torch.Tensor | None = None) -> torch.Tensor:
+        """x_adv of :meth:`run` (N×C×H×W in [0,1], ‖x_adv − x‖ ≤ ε per sample)."""
+        return self.run(surrogate, x, y, index, y_true).x_adv
 
     def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
         """Craft the cell's examples: the one protocol every kind implements.
 
-        The per-image default runs :meth:`__call__` on the context's images in batches of
+        The per-image default runs :meth:`run` on the context's images in batches of
         ``ctx.batch_size``; targeted attacks aim at :func:`make_targets` (seeded by image).
         """
         t0 = time.perf_counter()
@@ -396,8 +529,9 @@ class Attack:
             nonlocal evals
             xb = x_all[s:e].to(ctx.device)
             with autocast(ctx.precision, ctx.device):
-                out = self(S, xb, goal[s:e].to(ctx.device), index[s:e], y_true=y_all[s:e].to(ctx.device)).cpu()
-            evals = max(evals, S.grad_evals)
+                res = self.run(S, xb, goal[s:e].to(ctx.device), index[s:e], y_true=y_all[s:e].to(ctx.device))
+            evals = max(evals, res.grad_evals)
+            out = res.x_adv.cpu()
             if ctx.progress is not None:
                 ctx.progress(len(xb))
             return out

@@ -50,9 +50,9 @@ class BSR(CopyAveragedAttack):
     def n_copies(self) -> int:
         return int(self.extra["n_copies"])
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        self._bsr = BlockShuffleRotation(self.rngs(index, "bsr"), int(self.extra["blocks"]),
-                                         float(self.extra["degrees"]), str(self.extra["form"]))
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> BlockShuffleRotation:
+        return BlockShuffleRotation(self.rngs(index, "bsr"), int(self.extra["blocks"]),
+                                    float(self.extra["degrees"]), str(self.extra["form"]))
 
-    def copy_transforms(self):
-        return [self._bsr] * self.n_copies()
+    def copy_transforms(self, state: BlockShuffleRotation) -> list[BlockShuffleRotation]:
+        return [state] * self.n_copies()

@@ -36,7 +36,7 @@ import torch
 
 from ..errors import UserError
 from ..utils import parse_fraction
-from .base import Attack, SurrogateSet, register_attack, take_extra as _take_extra
+from .base import Attack, SurrogateCall, register_attack, take_extra as _take_extra
 from .ops import ascent_direction, normalize, project
 
 DEFAULT_BETA_32 = 2.0
@@ -68,17 +68,17 @@ class CWAFamily(Attack):
         """Reverse step size in pixel units (r_over_eps·ε)."""
         return self.extra["r_over_eps"] * self.eps
 
-    def reverse(self, S: SurrogateSet, x_o: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def reverse(self, S: SurrogateCall, x_o: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Steps 1–2: Π(x_o − r·sign(∇ ensemble loss at x_o)). Costs n."""
-        g = S.grad(x_o, y, self.targeted)
+        g = S.grad(x_o, y)
         return project(x_o - self.r * ascent_direction(g, self.norm), x, self.eps, self.norm)
 
-    def encourage(self, S: SurrogateSet, x_in: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+    def encourage(self, S: SurrogateCall, x_in: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                   m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Step 3: one pass over the members with inner momentum. Costs n. Returns (x, m)."""
         beta, mu_in = self.extra["beta"], self.extra["inner_momentum"]
         for i in range(len(S)):
-            g = S.grad(x_in, y, self.targeted, idx=[i])
+            g = S.grad(x_in, y, idx=[i])
             m = mu_in * m + normalize(g, 2)
             x_in = project(x_in + beta * m, x, self.eps, self.norm)
         return x_in, m
@@ -94,7 +94,7 @@ class CWAFamily(Attack):
 class CWA(CWAFamily):
     """MI-CWA: reverse step, cosine-similarity encouragement, outer momentum step (2n per step)."""
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         x_adv, m, M = x.clone(), torch.zeros_like(x), torch.zeros_like(x)
         for _ in range(self.steps):
             S.advance()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from .base import SurrogateSet, register_attack
+from .base import SurrogateCall, register_attack
 from .cwa import CWAFamily
 
 
 @register_attack("cwa_cse", kind="ensemble", version=1)
 class CWACSE(CWAFamily):
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         x_adv, m, M = x.clone(), torch.zeros_like(x), torch.zeros_like(x)
         for _ in range(self.steps):
             S.advance()

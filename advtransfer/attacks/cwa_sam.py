@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import torch
 
-from .base import SurrogateSet, register_attack
+from .base import SurrogateCall, register_attack
 from .cwa import CWAFamily
 
 
 @register_attack("cwa_sam", kind="ensemble", version=1)
 class CWASAM(CWAFamily):
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         x_adv, M = x.clone(), torch.zeros_like(x)
         for _ in range(self.steps):
             S.advance()
             x_rev = self.reverse(S, x_adv, x, y)
-            g = S.grad(x_rev, y, self.targeted)
+            g = S.grad(x_rev, y)
             x_adv, M = self.outer(M, g, x_adv, x)
         return x_adv
 

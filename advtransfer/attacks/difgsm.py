@@ -16,9 +16,9 @@ class DIFGSM(IterativeAttack):
     default_momentum = 1.0
     extra_defaults = {**IterativeAttack.extra_defaults, "resize_rate": 0.9, "diversity_prob": 0.5}
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        self._di = InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]),
-                                  float(self.extra["diversity_prob"]))
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> InputDiversity:
+        return InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]),
+                              float(self.extra["diversity_prob"]))
 
-    def input_transform(self):
-        return self._di
+    def input_transform(self, state: InputDiversity) -> InputDiversity:
+        return state

@@ -34,37 +34,39 @@ class DTA(FeatureLevelAttack, IterativeAttack):
         return extra
 
     def perturb(self, S, x, y, index):
-        self._taps = []
+        """The iterative loop with the call's state: per member, taps at every layer and the clean
+        image's features there (flattened, N×D per layer)."""
+        taps: list[list[FeatureTap]] = []
         try:
             for m, n in zip(S.models, S.names):
                 check_plain(m, n)
                 names = candidate_layers(m, tuple(x.shape[1:])) if self.extra["layers"] == "all" else self.extra["layers"]
                 if not names:
                     raise UserError(f"attack 'dta': {n} has no block chain for layers 'all'; list layer names")
-                self._taps.append([FeatureTap(m, spec, n, tuple(x.shape[1:])).__enter__() for spec in names])
+                taps.append([FeatureTap(m, spec, n, tuple(x.shape[1:])).__enter__() for spec in names])
             with torch.no_grad():
-                self._clean = [[self._feat(t, x).flatten(1) for t in ts] for ts in self._taps]
-            return IterativeAttack.perturb(self, S, x, y, index)
+                clean = [[self._feat(t, x).flatten(1) for t in ts] for ts in taps]
+            return self.iterate(S, x, y, index, (taps, clean))
         finally:
-            for ts in self._taps:
+            for ts in taps:
                 for t in ts:
                     t.__exit__(None, None, None)
-            self._taps, self._clean = [], []
 
     @staticmethod
     def _feat(t: FeatureTap, x: torch.Tensor) -> torch.Tensor:
         return t.features(x)[0]
 
-    def gradient(self, S, x_adv, y):
+    def gradient(self, S, x_adv, y, state):
+        taps, clean = state
         xg = x_adv.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             total = 0
-            for i, ts in enumerate(self._taps):
+            for i, ts in enumerate(taps):
                 S.models[i](xg)  # one forward pass fills every tap of this model
-                cos = [F.cosine_similarity(t.out.flatten(1), c, dim=1) for t, c in zip(ts, self._clean[i])]
+                cos = [F.cosine_similarity(t.out.flatten(1), c, dim=1) for t, c in zip(ts, clean[i])]
                 for t in ts:
                     t.out = None
                 total = total - S.weights[i].to(xg.dtype) * torch.stack(cos).mean(0).sum()
             (g,) = torch.autograd.grad(total, xg)
-        S.grad_evals += len(S)
+        S.count(len(S))
         return g.detach()

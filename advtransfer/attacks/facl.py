@@ -23,6 +23,7 @@ and its low+high part).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import register_attack
-from .generative import GenerativeAttack
+from .generative import GenerativeAttack, TrainState
 from .transforms import dct_2d, dct_matrix, idct_2d
 
 
@@ -40,6 +41,12 @@ def band_masks(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Ten
     r = (u[:, None] + u[None, :]) / (2 * (n - 1))
     mid = ((r >= low) & (r < high)).double()
     return mid, 1 - mid
+
+
+@functools.lru_cache(maxsize=4)
+def _band_tables(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(orthonormal DCT matrix, mid-band mask, low+high mask), n×n float64, for n×n images."""
+    return (dct_matrix(n), *band_masks(n, low, high))
 
 
 @register_attack("facl", kind="generative", version=2)
@@ -72,24 +79,19 @@ class FACL(GenerativeAttack):
         return 3 if float(self.extra["facl_weight"]) > 0 else 1
 
     def _bands(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n = x.shape[-1]
-        if getattr(self, "_dct_n", None) != n:
-            self._dct, self._dct_n = dct_matrix(n), n
-            self._mid, self._lh = band_masks(n, float(self.extra["band_low"]), float(self.extra["band_high"]))
-        return self._dct.to(x), self._mid.to(x), self._lh.to(x)
+        """(DCT matrix, mid-band mask, low+high mask) for x's size, in x's dtype and device."""
+        d, mid, lh = _band_tables(x.shape[-1], float(self.extra["band_low"]), float(self.extra["band_high"]))
+        return d.to(x), mid.to(x), lh.to(x)
 
-    def train_input(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        self._updates = getattr(self, "_updates", 0) + 1
-        if not self.extra["fadr"] or self._updates % 2 == 1:  # FADR on every other update (odd ones, 0-based)
+    def train_input(self, st: TrainState, x: torch.Tensor) -> torch.Tensor:
+        if not self.extra["fadr"] or st.step % 2 == 0:  # FADR on every other update (odd ones, 0-based)
             return x
+        g = st.gen
         d, _, lh = self._bands(x)
         rho = float(self.extra["fadr_rho"])
         m = 1 + lh * (torch.rand(x.shape, generator=g, dtype=torch.float64).to(x) * 2 * rho - rho)
         xi = torch.randn(x.shape, generator=g, dtype=torch.float64).to(x) * self._sigma * lh
         return idct_2d(dct_2d(x, d) * m + xi, d).clamp(0, 1)
-
-    def start(self, S, st) -> None:
-        self._updates = 0
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mid band of x, its low+high rest): x = mid + rest."""

@@ -148,7 +148,9 @@ class FeatureTap:
 def check_plain(model: nn.Module, name: str, why: str = "feature-level attacks take plain surrogates") -> None:
     """A feature attack fixes its guides on one network: weight collections are refused with
     ``why`` (what needs a plain surrogate, and what to do) as the start of the line."""
-    if hasattr(model, "draw_logits") or hasattr(model, "members"):
+    from .base import ModelCollection
+
+    if isinstance(model, ModelCollection):
         raise UserError(f"{why}; {name} is a weight collection")
 
 
@@ -176,7 +178,7 @@ class FeatureLevelAttack:
     representation-space): combine with :class:`~advtransfer.attacks.iterative.IterativeAttack`.
 
     Subclasses give :meth:`prepare` (per-member guides computed once per batch, their gradient
-    evaluations counted on the surrogate set) and :meth:`feature_objective` (per-sample objective to
+    evaluations counted on the call) and :meth:`feature_objective` (per-sample objective to
     ascend from the layer's features and the logits). The step loop, momentum and projection are
     the iterative family's. Untargeted only; plain (non-collection) surrogates only.
     """
@@ -200,23 +202,21 @@ class FeatureLevelAttack:
         raise NotImplementedError
 
     def perturb(self, S, x, y, index):
+        """The iterative loop with the call's state (the taps, one per member, and each member's
+        guides from :meth:`prepare`), which lives only as long as the call."""
         with taps(S.models, self.layer_spec(), S.names, tuple(x.shape[1:])) as T:
-            self._taps = T
-            self._states = self.prepare(S, T, x, y, index)
-            try:
-                return super().perturb(S, x, y, index)  # type: ignore[misc]
-            finally:
-                self._taps, self._states = [], []
+            return self.iterate(S, x, y, index, (T, self.prepare(S, T, x, y, index)))  # type: ignore[attr-defined]
 
-    def gradient(self, S, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def gradient(self, S, x_adv: torch.Tensor, y: torch.Tensor, state: tuple[list[FeatureTap], list]) -> torch.Tensor:
+        T, guides = state
         xg = x_adv.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             total = 0
-            for i, t in enumerate(self._taps):
+            for i, t in enumerate(T):
                 f, logits = t.features(xg)
-                total = total + S.weights[i].to(xg.dtype) * self.feature_objective(i, f, logits, self._states[i], y).sum()
+                total = total + S.weights[i].to(xg.dtype) * self.feature_objective(i, f, logits, guides[i], y).sum()
             (g,) = torch.autograd.grad(total, xg)
-        S.grad_evals += len(S)
+        S.count(len(S))
         return g.detach()
 
 

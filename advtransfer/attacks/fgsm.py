@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Attack, SurrogateSet, register_attack
+from .base import Attack, SurrogateCall, register_attack
 from .ops import ascent_direction
 
 
@@ -16,9 +16,9 @@ class FGSM(Attack):
     def default_alpha(self) -> float:
         return self.eps
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         S.advance()
-        g = S.grad(x, y, self.targeted)
+        g = S.grad(x, y)
         return x + self.eps * ascent_direction(g, self.norm)
 
     def grad_evals_formula(self, n_models: int) -> int:

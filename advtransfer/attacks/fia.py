@@ -42,7 +42,7 @@ class FIA(FeatureLevelAttack, IterativeAttack):
             for i, t in enumerate(T):
                 d = layer_grads(t, x * masks, y, self.extra["score"])
                 agg[i] = d if agg[i] is None else agg[i] + d
-            S.grad_evals += len(T)
+            S.count(len(T))
         return [a.flatten(1) / a.flatten(1).norm(dim=1, keepdim=True).clamp_min(1e-12) for a in agg]
 
     def feature_objective(self, i, f, logits, state, y):

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..schema import CRAFT_FIT_IMAGES
-from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
+from .base import Attack, CraftContext, Crafted, Perturbed, SurrogateCall, SurrogateSet, take_extra
 from .features import check_plain, taps
 from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
 
@@ -159,12 +159,14 @@ class GenerativeAttack(Attack):
         return (x + bound(r, self.eps, self.norm)).clamp(0, 1)
 
     # --- training hooks -----------------------------------------------------------------------
-    def train_input(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """The training batch as the generator and surrogate see it (FACL randomises it here)."""
+    def train_input(self, st: "TrainState", x: torch.Tensor) -> torch.Tensor:
+        """The training batch x (N×C×H×W in [0,1]) as the generator and surrogate see it at update
+        ``st.step`` (FACL randomises it here, drawing from ``st.gen``)."""
         return x
 
-    def start(self, S: SurrogateSet, ctx: "TrainState") -> None:
-        """Called once before the first update (after the generator is built)."""
+    def start(self, st: "TrainState") -> None:
+        """Called once before the first update (after the generator is built); what a kind
+        prepares for its loss goes on ``st``, what it records in ``st.info``."""
 
     def train_loss(self, st: "TrainState", x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
              t: torch.Tensor | None) -> torch.Tensor:
@@ -206,9 +208,9 @@ class GenerativeAttack(Attack):
         ``y``. ``table``: fixed condition vectors (classes×D) for ``cond: clip``; ``aux``: further
         models the attack uses (a CLIP model). Returns (the generator in eval mode, training info:
         ``evals_per_image``, ``train_s``, ``loss_first``/``loss_last`` (mean of the first/last
-        10% of updates), ``params``)."""
-        S.ensemble = self.ensemble
-        S.reset()
+        10% of updates), ``params``, and what the kind records, e.g. PDCL's ``prompt_losses``).
+        The surrogate set is bound for this training run only; it is not changed."""
+        S = S.bind(self.objective())
         n, bs = len(x), min(self.extra["batch"], len(x))
         with torch.no_grad():
             n_classes = int(S.mean_logits(x[:2].to(device)).shape[1])
@@ -229,7 +231,7 @@ class GenerativeAttack(Attack):
                                  f"use a plain surrogate, or a logit objective (cda, cgnc, dual_flow)")
         with taps(layer_models, self.extra["layer"], S.names, tuple(x.shape[1:])) as T:
             st.taps = T
-            self.start(S, st)
+            self.start(st)
             params = [p for p in G.parameters() if p.requires_grad]
             for step in range(self.steps):
                 if pos + bs > n:
@@ -237,7 +239,8 @@ class GenerativeAttack(Attack):
                 sel = order[pos:pos + bs]
                 pos += bs
                 xb, yb = x[sel].to(device), y[sel].to(device)
-                xb = self.train_input(xb, gen)
+                st.step = step
+                xb = self.train_input(st, xb)
                 tb = None
                 if self.targeted:
                     tb = self.train_targets(yb, n_classes, gen)
@@ -250,7 +253,7 @@ class GenerativeAttack(Attack):
         k = max(1, len(losses) // 10)
         info = {"evals_per_image": math.ceil(st.evals / n), "train_s": time.perf_counter() - t0,
                 "loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k, "params": count_params(G),
-                "passes": st.evals, "aux_passes": st.aux_passes}
+                "passes": st.evals, "aux_passes": st.aux_passes, **st.info}
         return G, info
 
     def update(self, G: nn.Module, opt: torch.optim.Optimizer, params: list[torch.Tensor], st: "TrainState",
@@ -354,16 +357,16 @@ class GenerativeAttack(Attack):
                     f"{info['loss_last']:.3f}, {info['evals_per_image']} surrogate passes per training image")
         return Crafted(x_adv, index, target, int(info["evals_per_image"]), craft_s, tensors=tensors, fields=fields)
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Called as a plain attack: trains the generator on these very images (true labels
-        ``S.y_true``) and perturbs them (targeted: toward ``y``, the targets). ``S.grad_evals``
-        afterwards holds the surrogate passes per image."""
-        y_true = S.y_true if S.y_true is not None else y
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> Perturbed:
+        """Called as a plain attack: trains the generator on these very images (true labels: the
+        call's ``objective.y_true``) and perturbs them (targeted: toward ``y``, the targets).
+        Returns the examples with the surrogate passes per image as ``grad_evals`` and the
+        trained ``generator`` and its training ``info`` in ``extras``."""
+        y_true = S.objective.y_true if S.objective.y_true is not None else y
         table, aux = self.condition_table(None)
-        G, info = self.train(S, x, y_true, str(x.device), table, aux)
-        self.last_generator, self.last_info = G, info
-        S.grad_evals = int(info["evals_per_image"])
-        return self.apply(G, x, y if self.targeted else None, max(1, len(x)), str(x.device)).to(x.dtype)
+        G, info = self.train(S.surrogates, x, y_true, str(x.device), table, aux)
+        x_adv = self.apply(G, x, y if self.targeted else None, max(1, len(x)), str(x.device)).to(x.dtype)
+        return Perturbed(x_adv, int(info["evals_per_image"]), {"generator": G, "info": info})
 
 
 def _is_class(target: Any) -> bool:
@@ -383,17 +386,22 @@ def step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Ten
 
 
 class TrainState:
-    """What the loss sees during training: the surrogate set, its feature taps, the class count,
-    auxiliary models, the seeded generator of the training randomness, and the pass counter."""
+    """What the loss sees during one training run: the surrogate call, its feature taps, the class
+    count, auxiliary models, the seeded generator of the training randomness, the update index
+    (``step``), the pass counters, what a kind prepared for its loss (``prompt_text``) and what it
+    records (``info``, merged into the training info). It lives as long as the run."""
 
-    def __init__(self, S: SurrogateSet, n_classes: int, aux: dict[str, nn.Module], gen: torch.Generator) -> None:
+    def __init__(self, S: SurrogateCall, n_classes: int, aux: dict[str, nn.Module], gen: torch.Generator) -> None:
         self.S, self.n_classes, self.aux, self.gen = S, n_classes, aux, gen
         self.taps: list = []
+        self.step = 0
+        self.info: dict[str, Any] = {}
+        self.prompt_text: torch.Tensor | None = None  # PDCL: the learned class texts (classes×D)
         self.evals = 0
         self.aux_passes = 0  # image-passes through auxiliary models (CLIP), forward+backward
         self.train_x = self.train_y = None
         self.device = "cpu"
 
-    def count(self, n_images: int, S: SurrogateSet, i: int) -> None:
+    def count(self, n_images: int, S: SurrogateCall, i: int) -> None:
         """One forward+backward pass of ``n_images`` images through member i."""
         self.evals += n_images * S.evals_per_call(i)

@@ -33,7 +33,7 @@ class ILA(FeatureLevelAttack, IterativeAttack):
 
         base = create_attack("mifgsm" if self.extra["momentum"] > 0 else "ifgsm", eps=self.eps, norm=self.norm,
                              steps=int(self.extra["base_steps"]), alpha=self.alpha, momentum=self.extra["momentum"])
-        x_base = base.perturb(S, x, y, index)  # counts its gradient evaluations on S
+        x_base = base.perturb(S, x, y, index)  # the same call: its gradient evaluations count here
         states = []
         with torch.no_grad():
             for t in T:

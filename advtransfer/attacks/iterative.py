@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import UserError
-from .base import Attack, SurrogateSet, take_extra
+from .base import Attack, SurrogateCall, take_extra
 from .ops import ascent_direction, momentum_term, project, random_in_ball
 
 
@@ -32,27 +32,36 @@ class IterativeAttack(Attack):
         extra["momentum"] = mu
         return extra
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        """Per-call preparation (random generators for transforms)."""
-
-    def input_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> Any:
+        """The call's state the gradient needs (e.g. a transform holding one random generator per
+        image), made once per call from the images x (N×C×H×W in [0,1]) and their dataset indices,
+        and handed to :meth:`gradient`; never kept on the attack. None by default."""
         return None
 
-    def gradient(self, S: SurrogateSet, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return S.grad(x_adv, y, self.targeted, transform=self.input_transform())
+    def input_transform(self, state: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The transform applied to x before each forward pass (from the call's ``state``), or None."""
+        return None
+
+    def gradient(self, S: SurrogateCall, x_adv: torch.Tensor, y: torch.Tensor, state: Any) -> torch.Tensor:
+        """The step's gradient at x_adv (N×C×H×W), given the call's ``state`` from :meth:`setup`."""
+        return S.grad(x_adv, y, transform=self.input_transform(state))
 
     def transform_gradient(self, g: torch.Tensor) -> torch.Tensor:
         return g
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        self.setup(x, index)
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return self.iterate(S, x, y, index, self.setup(x, index))
+
+    def iterate(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor,
+                state: Any) -> torch.Tensor:
+        """The step loop from x (N×C×H×W in [0,1]) with the call's ``state``; returns x_adv."""
         mu = self.extra["momentum"]
         x_adv = random_in_ball(x, self.eps, self.norm, self.rngs(index, "start")) if self.random_start else x.clone()
         g_acc = torch.zeros_like(x)
         for _ in range(self.steps):
             S.advance()
             point = x_adv + self.alpha * mu * g_acc if self.nesterov else x_adv
-            g = self.transform_gradient(self.gradient(S, point, y))
+            g = self.transform_gradient(self.gradient(S, point, y, state))
             if mu > 0 or self.nesterov:
                 g_acc = mu * g_acc + momentum_term(g)
                 d = g_acc
@@ -72,14 +81,15 @@ class CopyAveragedAttack(IterativeAttack):
     def n_copies(self) -> int:
         raise NotImplementedError
 
-    def copy_transforms(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    def copy_transforms(self, state: Any) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+        """One transform per copy for the current step, from the call's ``state``."""
         raise NotImplementedError
 
-    def gradient(self, S: SurrogateSet, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        ts = self.copy_transforms()
+    def gradient(self, S: SurrogateCall, x_adv: torch.Tensor, y: torch.Tensor, state: Any) -> torch.Tensor:
+        ts = self.copy_transforms(state)
         g = torch.zeros_like(x_adv)
         for t in ts:
-            g += S.grad(x_adv, y, self.targeted, transform=t)
+            g += S.grad(x_adv, y, transform=t)
         return g / len(ts)
 
     def grad_evals_formula(self, n_models: int) -> int:

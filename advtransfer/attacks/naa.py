@@ -49,7 +49,7 @@ class NAA(FeatureLevelAttack, IterativeAttack):
             for i, t in enumerate(T):
                 d = layer_grads(t, point, y, self.extra["score"])
                 W[i] = d if W[i] is None else W[i] + d
-            S.grad_evals += len(T)
+            S.count(len(T))
         states = []
         with torch.no_grad():
             for i, t in enumerate(T):

@@ -116,7 +116,7 @@ def one_step_score(model: nn.Module, validators: Sequence[nn.Module], x: torch.T
 
     advs = []
     for s in range(0, len(x), batch):
-        S = SurrogateSet(model)
+        S = SurrogateSet(model).bind()
         with applied(PathDecay(gammas, deltas), [model], require=False):
             g = S.grad(x[s:s + batch], y[s:s + batch])
         advs.append((x[s:s + batch] + eps * g.sign()).clamp(0, 1))

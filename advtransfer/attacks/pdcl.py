@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import CraftContext, register_attack
-from .generative import GenerativeAttack
+from .generative import GenerativeAttack, TrainState
 
 
 @register_attack("pdcl", kind="generative", version=2)
@@ -65,7 +65,7 @@ class PDCL(GenerativeAttack):
                             f"(PDCL learns prompts): use an open_clip zoo entry")
         return None, {"clip": clip}
 
-    def start(self, S, st) -> None:
+    def start(self, st: TrainState) -> None:
         """Phase 1: learn the prompt context on the training images, then fix the class texts."""
         clip = st.aux["clip"]
         x, y = st.train_x, st.train_y
@@ -75,7 +75,7 @@ class PDCL(GenerativeAttack):
         with torch.no_grad():
             feats = torch.cat([clip.encode_image(x[s:s + 256].to(st.device)).to(x.dtype) for s in range(0, len(x), 256)])
         scale = float(getattr(clip, "logit_scale", 100.0))
-        self.prompt_losses: list[float] = []  # phase 1's cross-entropy per update
+        prompt_losses: list[float] = []  # phase 1's cross-entropy per update
         for k in range(int(self.extra["prompt_steps"])):
             sel = torch.randint(0, len(x), (bs,), generator=st.gen)
             with torch.enable_grad():
@@ -83,12 +83,13 @@ class PDCL(GenerativeAttack):
                 logits = scale * feats[sel] @ tau.T
                 loss = F.cross_entropy(logits, y[sel].to(logits.device))
                 (g,) = torch.autograd.grad(loss, ctx)
-            self.prompt_losses.append(float(loss.detach()))
+            prompt_losses.append(float(loss.detach()))
             ctx.grad = g
             opt.step()
         with torch.no_grad():
-            self.text = clip.prompt_text_features(ctx).detach()
-            self.prompt_train_acc = float(((feats @ self.text.T).argmax(1).cpu() == y.cpu()).double().mean())
+            st.prompt_text = clip.prompt_text_features(ctx).detach()
+            acc = float(((feats @ st.prompt_text.T).argmax(1).cpu() == y.cpu()).double().mean())
+        st.info.update(prompt_losses=prompt_losses, prompt_train_acc=acc)
         st.aux_passes = 0
 
     def train_loss(self, st, x, x_adv, y, t):
@@ -97,7 +98,7 @@ class PDCL(GenerativeAttack):
         if lam == 0:
             return loss
         clip = st.aux["clip"]
-        tau = self.text.to(x_adv)
+        tau = st.prompt_text.to(x_adv)
         with torch.no_grad():
             least = (clip.encode_image(x).to(x.dtype) @ tau.T).argmin(1)
         phi = clip.encode_image(x_adv).to(x_adv.dtype)

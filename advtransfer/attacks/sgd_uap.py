@@ -9,6 +9,6 @@ class SGDUAP(UniversalAttack):
     With several surrogates L is the set's ensemble loss (``ensemble``: logit by default)."""
 
     def member_losses(self, S, x, y, chosen):
-        obj = S.objective(x, y, self.targeted)
+        obj = S.loss(x, y)
         ce = -obj if self.targeted else obj
         return ce.clamp(max=self.extra["beta"]).mean().view(1)

@@ -26,5 +26,5 @@ class SIM(CopyAveragedAttack):
     def n_copies(self) -> int:
         return int(self.extra["n_scales"])
 
-    def copy_transforms(self):
+    def copy_transforms(self, state: None) -> list:
         return [(lambda x, s=2.0 ** -i: x * s) for i in range(self.n_copies())]

@@ -30,9 +30,9 @@ class SSA(CopyAveragedAttack):
     def n_copies(self) -> int:
         return int(self.extra["n_copies"])
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        self._ssa = SpectrumSimulation(self.rngs(index, "ssa"), float(self.extra["sigma_over_eps"]) * self.eps,
-                                       float(self.extra["rho"]), dct_matrix(x.shape[-1]))
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> SpectrumSimulation:
+        return SpectrumSimulation(self.rngs(index, "ssa"), float(self.extra["sigma_over_eps"]) * self.eps,
+                                  float(self.extra["rho"]), dct_matrix(x.shape[-1]))
 
-    def copy_transforms(self):
-        return [self._ssa] * self.n_copies()  # each call draws fresh noise and mask per image
+    def copy_transforms(self, state: SpectrumSimulation) -> list[SpectrumSimulation]:
+        return [state] * self.n_copies()  # each call draws fresh noise and mask per image

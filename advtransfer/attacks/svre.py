@@ -22,7 +22,7 @@ import torch
 
 from ..errors import UserError
 from ..utils import parse_fraction
-from .base import Attack, SurrogateSet, register_attack, take_extra
+from .base import Attack, SurrogateCall, register_attack, take_extra
 from .ops import ascent_direction, normalize, project
 
 
@@ -41,19 +41,19 @@ class SVRE(Attack):
     def n_inner(self, n_models: int) -> int:
         return self.extra["inner_steps"] or 4 * n_models
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         mu, mu_in, beta = self.extra["momentum"], self.extra["inner_momentum"], self.extra["beta"]
         n = len(S)
         gen = self.rngs(torch.tensor([-1]), "svre-members")[0]  # image-independent sequence
         x_adv, G = x.clone(), torch.zeros_like(x)
         for _ in range(self.steps):
             S.advance()
-            g_ens = S.grad(x_adv, y, self.targeted)
-            g_at = [S.grad(x_adv, y, self.targeted, idx=[k]) for k in range(n)]
+            g_ens = S.grad(x_adv, y)
+            g_at = [S.grad(x_adv, y, idx=[k]) for k in range(n)]
             x_in, G_in = x_adv.clone(), torch.zeros_like(x)
             for _ in range(self.n_inner(n)):
                 k = int(torch.randint(n, (), generator=gen))
-                g = S.grad(x_in, y, self.targeted, idx=[k]) - g_at[k] + g_ens
+                g = S.grad(x_in, y, idx=[k]) - g_at[k] + g_ens
                 G_in = mu_in * G_in + normalize(g, 1)
                 x_in = project(x_in + beta * ascent_direction(G_in, self.norm), x, self.eps, self.norm)
             G = mu * G + normalize(G_in, 1)

@@ -28,12 +28,12 @@ class TIFGSM(IterativeAttack):
         self._kernel = gaussian_kernel(k, float(extra["nsig"]))
         return extra
 
-    def setup(self, x: torch.Tensor, index: torch.Tensor) -> None:
+    def setup(self, x: torch.Tensor, index: torch.Tensor) -> InputDiversity | None:
         p = float(self.extra["diversity_prob"])
-        self._di = InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]), p) if p > 0 else None
+        return InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]), p) if p > 0 else None
 
-    def input_transform(self):
-        return self._di
+    def input_transform(self, state: InputDiversity | None) -> InputDiversity | None:
+        return state
 
     def transform_gradient(self, g: torch.Tensor) -> torch.Tensor:
         return translation_invariant(g, self._kernel)

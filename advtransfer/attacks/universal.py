@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +24,17 @@ import torch
 from ..errors import UserError
 from ..metrics import predict_batched
 from ..schema import CRAFT_FIT_IMAGES
-from .base import Attack, CraftContext, Crafted, SurrogateSet, take_extra
+from .base import Attack, CraftContext, Crafted, Objective, Perturbed, SurrogateCall, SurrogateSet, take_extra
+
+
+@dataclass(frozen=True)
+class CraftedDelta:
+    """One universal crafting run: ``delta`` (1×C×H×W, pixels, in [−ε, ε]), ``grad_evals``
+    (gradient evaluations per crafting image) and ``info`` (:meth:`UniversalAttack.info`)."""
+
+    delta: torch.Tensor
+    grad_evals: int
+    info: dict[str, Any]
 
 
 class UniversalAttack(Attack):
@@ -64,46 +75,52 @@ class UniversalAttack(Attack):
         return self.steps * min(self.extra["batch"], self.extra["n_craft"]) * n_models
 
     # --- hooks for subclasses -------------------------------------------------------------
-    def start(self, S: SurrogateSet) -> None:
-        """Called once before the first δ update."""
+    def start(self, S: SurrogateCall) -> Any:
+        """The crafting run's own state (a bandit's counts), made once before the first δ update
+        and handed to the other hooks; never kept on the attack. None by default."""
+        return None
 
-    def members(self, S: SurrogateSet, step: int) -> list[int]:
+    def members(self, S: SurrogateCall, step: int, state: Any) -> list[int]:
         """Indices of the surrogate-set members whose loss this update uses (all by default)."""
         return list(range(len(S)))
 
-    def after_update(self, S: SurrogateSet, chosen: list[int], before: torch.Tensor, xb: torch.Tensor,
-                     yb: torch.Tensor, delta: torch.Tensor) -> None:
+    def after_update(self, S: SurrogateCall, chosen: list[int], before: torch.Tensor, xb: torch.Tensor,
+                     yb: torch.Tensor, delta: torch.Tensor, state: Any) -> None:
         """Called after each update with the per-member clamped losses ``before`` (k,) at the old δ."""
 
-    def info(self) -> dict[str, Any]:
-        """What the last crafting run records besides δ (JSON-able)."""
+    def info(self, state: Any) -> dict[str, Any]:
+        """What a crafting run with final ``state`` records besides δ (JSON-able)."""
         return {}
 
     # --- the loop ----------------------------------------------------------------------------
-    def member_losses(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, chosen: list[int]) -> torch.Tensor:
+    def member_losses(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, chosen: list[int]) -> torch.Tensor:
         """Clamped per-member losses min(L_i, β), averaged over the batch: shape (len(chosen),)."""
         out = []
         for i in chosen:
-            obj = S.objective(x, y, self.targeted, idx=[i])
+            obj = S.loss(x, y, idx=[i])
             ce = -obj if self.targeted else obj
             out.append(ce.clamp(max=self.extra["beta"]).mean())
         return torch.stack(out)
 
-    def craft_delta(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, device: str = "cpu") -> torch.Tensor:
+    def craft_delta(self, S: SurrogateSet | SurrogateCall, x: torch.Tensor, y: torch.Tensor,
+                    device: str = "cpu") -> CraftedDelta:
         """Craft δ (1×C×H×W, in [−ε, ε]) on images ``x`` (N×C×H×W in [0,1], on any device) with
         labels ``y`` (the true labels; targeted attacks aim at ``target_class``).
 
-        ``S.grad_evals`` afterwards holds the gradient evaluations spent *per crafting image*.
+        Returns a :class:`CraftedDelta`: δ, the gradient evaluations spent *per crafting image*,
+        and what the run records (:meth:`info`). A surrogate set is bound to this attack's ensemble mode with the
+        cross-entropy loss (the loss parameter is not applied to a cell's δ); a call (from
+        :meth:`run`) keeps its own objective.
         """
-        S.ensemble = self.ensemble
-        S.reset()
+        if isinstance(S, SurrogateSet):
+            S = S.bind(Objective(ensemble=self.ensemble, targeted=self.targeted))
         n, bs = len(x), min(self.extra["batch"], len(x))
         goal = torch.full_like(y, self.extra["target_class"]) if self.targeted else y
         gen = torch.Generator().manual_seed(self.seed)
         order = torch.randperm(n, generator=gen)
         delta = torch.zeros(1, *x.shape[1:], device=device)
         total_evals, pos, epoch = 0, 0, 0
-        self.start(S)
+        state = self.start(S)
         for step in range(self.steps):
             if pos + bs > n:
                 order, pos, epoch = torch.randperm(n, generator=gen), 0, epoch + 1
@@ -111,7 +128,7 @@ class UniversalAttack(Attack):
             pos += bs
             xb, yb = x[sel].to(device), goal[sel].to(device)
             S.advance()
-            chosen = self.members(S, step)
+            chosen = self.members(S, step, state)
             d = delta.clone().requires_grad_(True)
             with torch.enable_grad():
                 losses = self.member_losses(S, (xb + d).clamp(0, 1), yb, chosen)
@@ -120,9 +137,8 @@ class UniversalAttack(Attack):
             sign = -1.0 if self.targeted else 1.0
             alpha = self.alpha * self.extra["decay"] ** epoch
             delta = (delta + sign * alpha * g.sign()).clamp(-self.eps, self.eps).detach()
-            self.after_update(S, chosen, losses.detach(), xb, yb, delta)
-        S.grad_evals = math.ceil(total_evals / n)
-        return delta
+            self.after_update(S, chosen, losses.detach(), xb, yb, delta, state)
+        return CraftedDelta(delta, math.ceil(total_evals / n), self.info(state))
 
     def craft(self, S: SurrogateSet, ctx: CraftContext) -> Crafted:
         """A universal cell: δ crafted on training images 0..n_craft−1 (``ctx.train_data``) and
@@ -139,7 +155,8 @@ class UniversalAttack(Attack):
         x, y, index = ctx.x[keep], ctx.y[keep], ctx.index[keep]
         x_craft, y_craft, _ = ctx.train_data(self.extra["n_craft"])
         t0 = time.perf_counter()
-        delta = self.craft_delta(S, x_craft, y_craft, ctx.device).cpu()
+        crafted = self.craft_delta(S, x_craft, y_craft, ctx.device)
+        delta = crafted.delta.cpu()
         craft_s = time.perf_counter() - t0
         x_adv = (x + delta).clamp(0, 1)
         target = torch.full_like(y, self.extra["target_class"]) if self.targeted else None
@@ -147,19 +164,21 @@ class UniversalAttack(Attack):
         pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
         pa = predict_batched(S.predict, (xs + delta).clamp(0, 1), ctx.batch_size, ctx.device)
         ok = pc == ys
-        info = self.info()
+        info = crafted.info
         fields = {"universal": True, "n_craft": len(x_craft),
                   "craft_fooling_rate": float(((pa != ys) & ok).sum() / ok.sum().clamp_min(1)),
                   "bandit_counts": json.dumps(info["bandit_counts"], sort_keys=True) if "bandit_counts" in info else None}
         if ctx.progress is not None:
             ctx.progress(len(ctx.x))
-        return Crafted(x_adv, index, target, int(S.grad_evals), craft_s,
+        return Crafted(x_adv, index, target, int(crafted.grad_evals), craft_s,
                        tensors={"delta": delta, "y": y, "x_example": x[:1]}, fields=fields)
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Called as a plain attack: crafts δ on these very images and returns clip(x + δ).
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> Perturbed:
+        """Called as a plain attack: crafts δ on these very images and returns clip(x + δ), with
+        δ (1×C×H×W) and the run's info in ``extras`` (``delta``, ``info``) and the gradient
+        evaluations per image.
 
         ``y`` holds true labels (targeted: the target class is ``target_class``, not y)."""
-        delta = self.craft_delta(S, x, y, str(x.device))
-        self.last_delta = delta
-        return (x + delta).clamp(0, 1)
+        crafted = self.craft_delta(S, x, y, str(x.device))
+        return Perturbed((x + crafted.delta).clamp(0, 1), crafted.grad_evals,
+                         {"delta": crafted.delta, "info": crafted.info})

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import SurrogateSet, register_attack
+from .base import SurrogateCall, register_attack
 from .iterative import IterativeAttack
 from .ops import ascent_direction, momentum_term, project
 
@@ -17,7 +17,7 @@ class VMIFGSM(IterativeAttack):
     default_momentum = 1.0
     extra_defaults = {**IterativeAttack.extra_defaults, "n_samples": 20, "beta": 1.5}
 
-    def perturb(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         mu = self.extra["momentum"]
         n, beta = int(self.extra["n_samples"]), float(self.extra["beta"])
         gens = self.rngs(index, "vmi")
@@ -27,12 +27,12 @@ class VMIFGSM(IterativeAttack):
         radius = beta * self.eps
         for _ in range(self.steps):
             S.advance()
-            g = S.grad(x_adv, y, self.targeted)
+            g = S.grad(x_adv, y)
             g_acc = mu * g_acc + momentum_term(g + v)
             gv = torch.zeros_like(x)
             for _ in range(n):
                 noise = torch.stack([torch.rand(x.shape[1:], generator=gen) for gen in gens]) * 2 - 1
-                gv += S.grad(x_adv + radius * noise.to(x), y, self.targeted)
+                gv += S.grad(x_adv + radius * noise.to(x), y)
             v = gv / n - g
             x_adv = project(x_adv + self.alpha * ascent_direction(g_acc, self.norm), x, self.eps, self.norm)
         return x_adv

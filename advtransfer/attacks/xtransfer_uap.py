@@ -10,12 +10,13 @@ forward+backward passes). ``counts`` records how often each member was used: the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..errors import UserError
-from .base import SurrogateSet, register_attack
+from .base import SurrogateCall, register_attack
 from .universal import UniversalAttack
 
 
@@ -34,32 +35,43 @@ class XTransferUAP(UniversalAttack):
         extra["ucb_c"] = float(extra["ucb_c"])
         return extra
 
-    def start(self, S: SurrogateSet) -> None:
-        self.k = min(self.extra["k"], len(S))
-        self.names = list(S.names)
-        self.counts = [0] * len(S)
-        self.reward_sum = [0.0] * len(S)
-        self.forward_evals = 0
+    def start(self, S: SurrogateCall) -> Bandit:
+        return Bandit(min(self.extra["k"], len(S)), list(S.names), [0] * len(S), [0.0] * len(S))
 
-    def members(self, S: SurrogateSet, step: int) -> list[int]:
+    def members(self, S: SurrogateCall, step: int, state: Bandit) -> list[int]:
         t = step + 1
         def score(i: int) -> float:
-            if self.counts[i] == 0:
+            if state.counts[i] == 0:
                 return math.inf
-            return self.reward_sum[i] / self.counts[i] + self.extra["ucb_c"] * math.sqrt(2 * math.log(t) / self.counts[i])
+            return (state.reward_sum[i] / state.counts[i]
+                    + self.extra["ucb_c"] * math.sqrt(2 * math.log(t) / state.counts[i]))
         ranked = sorted(range(len(S)), key=lambda i: (-score(i), i))
-        return sorted(ranked[:self.k])
+        return sorted(ranked[:state.k])
 
     @torch.no_grad()
-    def after_update(self, S, chosen, before, xb, yb, delta) -> None:
+    def after_update(self, S, chosen, before, xb, yb, delta, state: Bandit) -> None:
         after = self.member_losses(S, (xb + delta).clamp(0, 1), yb, chosen)
-        self.forward_evals += len(xb) * len(chosen)
+        state.forward_evals += len(xb) * len(chosen)
         sign = -1.0 if self.targeted else 1.0   # targeted: a loss *decrease* is the gain
         for j, i in enumerate(chosen):
-            self.counts[i] += 1
-            self.reward_sum[i] += sign * float(after[j] - before[j])
+            state.counts[i] += 1
+            state.reward_sum[i] += sign * float(after[j] - before[j])
 
-    def info(self) -> dict[str, Any]:
-        return {"bandit_counts": dict(zip(self.names, self.counts)),
-                "bandit_mean_reward": {n: (r / c if c else None) for n, r, c in zip(self.names, self.reward_sum, self.counts)},
-                "forward_evals_total": self.forward_evals, "k": self.k}
+    def info(self, state: Bandit) -> dict[str, Any]:
+        return {"bandit_counts": dict(zip(state.names, state.counts)),
+                "bandit_mean_reward": {n: (r / c if c else None)
+                                       for n, r, c in zip(state.names, state.reward_sum, state.counts)},
+                "forward_evals_total": state.forward_evals, "k": state.k}
+
+
+@dataclass
+class Bandit:
+    """The UCB bandit of one crafting run: ``k`` members per update, the member ``names``, how
+    often each was used (``counts``), the sum of its rewards (loss increases, nats) and the extra
+    forward image-passes the rewards cost."""
+
+    k: int
+    names: list[str]
+    counts: list[int]
+    reward_sum: list[float]
+    forward_evals: int = 0

@@ -1,9 +1,10 @@
 """Multi-sample surrogates: a zoo entry holding a collection of weights (LGV snapshots, cSGLD
 samples) or a SWAG posterior, used as one member of a :class:`~advtransfer.attacks.base.SurrogateSet`.
-They live with the models (they load zoo states); the attack layer only sees ``nn.Module``s with
-``advance``/``reset``/``draw_logits``/``evals_per_call``.
+They live with the models (they load zoo states); the attack layer sees them through the
+:class:`~advtransfer.attacks.base.ModelCollection` protocol (``evals_per_call``, ``reset``,
+``advance``, ``draw_logits``, ``step_logits``, ``mean_logits``).
 
-Per attack iteration (``SurrogateSet.advance``) a collection draws ``per_step`` = K weight sets:
+Per attack iteration (``SurrogateCall.advance``) a collection draws ``per_step`` = K weight sets:
 K = 1 takes the next member of a shuffled cycle (as LGV and cSGLD do); K > 1 makes the set average
 the *input gradients of the loss* over the K draws (the loss is averaged over draws, never the
 logits), costing K gradient evaluations per call (``evals_per_call``). ``reset`` (start of an
@@ -99,7 +100,7 @@ class _Collection(nn.Module):
         """Logits of draw ``k`` (0..K−1) of the current iteration; x pixels in [0,1]."""
         return self.draws()[k](x)
 
-    def draws_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def step_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Logits of every draw of the current iteration (K tensors N×classes)."""
         return [self.draw_logits(x, k) for k in range(self.per_step)]
 
@@ -124,13 +125,13 @@ class MemberCollection(_Collection):
         self._stacked: tuple[list[nn.Module], dict, dict] | None = None
         self._base: nn.Module | None = None
 
-    def draws_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def step_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Logits of every draw of the current iteration. With ``vectorise`` (and K > 1) the K
         drawn members run as one model: their weights stacked, :func:`torch.vmap` over
         :func:`torch.func.functional_call` (same values as one after another, up to float
         rounding; faster only where the hardware rewards wider batches: ``make bench``)."""
         if not self.vectorise or self.per_step == 1:
-            return super().draws_logits(x)
+            return super().step_logits(x)
         from torch.func import functional_call, stack_module_state
 
         mods = self.draws()

@@ -46,7 +46,7 @@ def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: f
     attack = create_attack("pgd", eps=eps, steps=steps, seed=seed)
     S = SurrogateSet([model], ["model"])
     own = predict_batched(model, x, batch_size).argmax(1)
-    out = [attack.perturb(S, x[s:s + batch_size], own[s:s + batch_size], index[s:s + batch_size])
+    out = [attack(S, x[s:s + batch_size], own[s:s + batch_size], index[s:s + batch_size])
            for s in range(0, len(x), batch_size)]
     return torch.cat(out).detach()
 
