@@ -5,6 +5,7 @@
 #   make zoo [SIZE=cpu|converged|ci|full]   make plot RUN=results/cifar10   make bench
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
+#   make fingerprints     refresh the attacks' output fingerprints after a version bump
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -23,7 +24,13 @@ endif
 
 STAMP := $(VENV)/.installed
 
-.PHONY: install grid test zoo plot bench distortion report clean-results golden-update
+# The tests, their golden baseline and the attack fingerprints run on AVX2 kernels on every x86-64
+# machine (AVX-512 machines give other float32 bits; tests/conftest.py says what was measured).
+ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
+KERNELS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+endif
+
+.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints
 
 install: $(STAMP)
 
@@ -62,13 +69,19 @@ report: $(STAMP)
 	$(BIN)/advtransfer report $(RUN)
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
+	HF_HUB_OFFLINE=1 $(KERNELS) $(BIN)/python -m pytest tests
 
 # The ci grid's golden counts, made by the check's own code path (tests/test_golden.py) at CI's
 # settings (OMP_NUM_THREADS unset; the test pins 2 torch threads); commit results/baselines/ci/.
 golden-update: $(STAMP)
-	env -u OMP_NUM_THREADS ADVTRANSFER_GOLDEN_UPDATE=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/test_golden.py -q
+	env -u OMP_NUM_THREADS ADVTRANSFER_GOLDEN_UPDATE=1 HF_HUB_OFFLINE=1 $(KERNELS) $(BIN)/python -m pytest tests/test_golden.py -q
 	@echo "baseline refreshed: review 'git diff results/baselines/ci' and commit it"
+
+# Every attack's output fingerprint (tests/attack_fingerprints.json), on the suite's pinned kernels;
+# run after bumping an attack's version.
+fingerprints: $(STAMP)
+	$(KERNELS) $(BIN)/python -m advtransfer.attacks.fingerprint --update tests/attack_fingerprints.json > /dev/null
+	@echo "fingerprints refreshed: review 'git diff tests/attack_fingerprints.json' and commit it"
 
 clean-results:  # every run folder; the committed baselines stay
 	find results -mindepth 1 -maxdepth 1 -type d ! -name baselines -exec rm -rf {} +

@@ -45,12 +45,14 @@ def pinned_threads(n: int) -> Iterator[None]:
 
 def provenance(device: str, threads: int | None = None) -> dict:
     """What determines trained weights beyond the recipe: thread count, device (and GPU name),
-    deterministic-algorithm setting, processor and library versions (see utils.versions)."""
+    deterministic-algorithm setting, processor, the CPU kernels torch dispatches to (AVX2 and
+    AVX-512 kernels give different float32 bits) and library versions (see utils.versions)."""
     import platform
 
     info = {"threads": threads if threads is not None else torch.get_num_threads(), "device": str(device),
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
         info["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)

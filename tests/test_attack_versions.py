@@ -12,7 +12,7 @@ from advtransfer.attacks.base import ATTACK_KINDS
 from advtransfer.attacks.fingerprint import fingerprint
 
 RECORDED = json.loads((Path(__file__).parent / "attack_fingerprints.json").read_text())
-REFRESH = "python -m advtransfer.attacks.fingerprint --update tests/attack_fingerprints.json"
+REFRESH = "make fingerprints"
 
 
 @pytest.mark.parametrize("name", ATTACKS.names())
