@@ -9,6 +9,9 @@ Data layout: a paired comparison of attack A against attack B on ``n`` images is
 
 Surrogate replicates (the same attack crafted on independently seeded copies of the surrogate)
 are *strata*: one 2×2 table per replicate, on the same images.
+
+Also the per-victim summary of the decision-based yardstick's minimal distortions
+(:func:`summarize_blackbox`), shared by the blackbox measure, its command and the report.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 ALPHA = 0.05
 VERDICTS = ("a_better", "b_better", "no_difference")
@@ -248,3 +252,22 @@ def compare_paired(success_a: np.ndarray, success_b: np.ndarray, strata: np.ndar
         diff_rep_max=float(per.max()) if per.size else math.nan,
         diff_rep_sd=float(per.std(ddof=1)) if per.size > 1 else math.nan,
     )
+
+
+def summarize_blackbox(table: pd.DataFrame, eps: Sequence[float] = ()) -> pd.DataFrame:
+    """Per (victim, norm, budget) over clean-correct images: n, median/q25/q75 of the minimal L2
+    and L∞ found (inf = none found), mean queries used, and for each ε the fraction of images with
+    min_linf ≤ ε (the HSJA ASR at that L∞ ε; meaningful for the L∞ variant)."""
+    rows = []
+    for (v, nm, b), g in table.groupby(["victim", "norm", "budget"], sort=True):
+        g = g[g["clean_correct"]]
+        r = {"victim": v, "norm": nm, "budget": int(b), "n_clean_correct": len(g),
+             "mean_queries": float(g["queries_used"].mean()) if len(g) else float("nan")}
+        for k in ("l2", "linf"):
+            vals = g[f"min_{k}"].to_numpy(dtype=float)
+            for s, p in (("q25", .25), ("median", .5), ("q75", .75)):
+                r[f"{s}_min_{k}"] = float(np.quantile(vals, p, method="inverted_cdf")) if len(vals) else float("nan")
+        for e in eps:
+            r[f"asr_linf_{e:.4f}"] = float((g["min_linf"] <= e + 1e-9).mean()) if len(g) else float("nan")
+        rows.append(r)
+    return pd.DataFrame(rows)

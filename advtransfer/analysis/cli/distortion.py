@@ -88,7 +88,7 @@ def _measure(args: argparse.Namespace, run: Path, bb: list[int], fq: list[int], 
     from ..measures.exposure import exposure_table, plot_asr_vs_eps
     from ..measures.fit import fit_select
     from ..measures.similarity import plot_similarity, sat_tables
-    from ..report.distortion import summarize_blackbox
+    from ..stats import summarize_blackbox
     from ..runs import run_context
 
     res, _ = run_context(run)

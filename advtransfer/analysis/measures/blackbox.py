@@ -53,6 +53,7 @@ import torch.nn as nn
 
 from ...errors import UserError
 from ...utils import atomic_path
+from ..stats import summarize_blackbox
 
 
 class _Oracle:

@@ -21,7 +21,6 @@ Distances are per image, pixels in [0, 1]; L∞ is shown ×255 (so 8 reads 8/255
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,6 +29,7 @@ from ...errors import UserError
 from ...plots import slug
 from ..measures.similarity import sat_matrix
 from ..runs import joined_samples, read_table
+from ..stats import summarize_blackbox
 from .base import (Block, Figure, Raw, ReportContext, Section, Table, html_escape, pct, register_section, signed,
                    tex_name)
 
@@ -334,22 +334,3 @@ def section_similarity(ctx: ReportContext) -> Section | None:
 
 __all__ = ["section_min_distortion", "section_asr_eps", "section_blackbox", "section_exposure", "section_fit",
            "section_similarity", "asr_eps_sentences", "blackbox_sentences"]
-
-
-def summarize_blackbox(table: pd.DataFrame, eps: Sequence[float] = ()) -> pd.DataFrame:
-    """Per (victim, norm, budget) over clean-correct images: n, median/q25/q75 of the minimal L2
-    and L∞ found (inf = none found), mean queries used, and for each ε the fraction of images with
-    min_linf ≤ ε (the HSJA ASR at that L∞ ε; meaningful for the L∞ variant)."""
-    rows = []
-    for (v, nm, b), g in table.groupby(["victim", "norm", "budget"], sort=True):
-        g = g[g["clean_correct"]]
-        r = {"victim": v, "norm": nm, "budget": int(b), "n_clean_correct": len(g),
-             "mean_queries": float(g["queries_used"].mean()) if len(g) else float("nan")}
-        for k in ("l2", "linf"):
-            vals = g[f"min_{k}"].to_numpy(dtype=float)
-            for s, p in (("q25", .25), ("median", .5), ("q75", .75)):
-                r[f"{s}_min_{k}"] = float(np.quantile(vals, p, method="inverted_cdf")) if len(vals) else float("nan")
-        for e in eps:
-            r[f"asr_linf_{e:.4f}"] = float((g["min_linf"] <= e + 1e-9).mean()) if len(g) else float("nan")
-        rows.append(r)
-    return pd.DataFrame(rows)
