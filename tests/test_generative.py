@@ -159,9 +159,13 @@ def test_facl_band_split_and_domain_randomisation():
 
     d, m, lh = atk._bands(x)
     assert float((dct_2d(mid, d) * lh).abs().max()) < 1e-5 and float((dct_2d(rest, d) * m).abs().max()) < 1e-5
-    atk.start(None, None)
-    g = torch.Generator().manual_seed(1)
-    first, second = atk.train_input(x, g), atk.train_input(x, g)
+    from advtransfer.attacks.generative import TrainState
+
+    st = TrainState(None, 10, {}, torch.Generator().manual_seed(1))
+    atk.start(st)
+    first = atk.train_input(st, x)  # update 0
+    st.step = 1
+    second = atk.train_input(st, x)  # update 1
     assert torch.equal(first, x)  # FADR on every other update
     assert not torch.allclose(second, x)
     # FADR leaves the mid band alone (wherever no pixel was clipped to [0,1])
