@@ -197,12 +197,12 @@ def _print_summary(run_dir) -> None:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from .config import default_size
+    from .config import zoo_size
     from .models import zoo
 
     if args.zoo_cmd == "train":
         device = _setup_env(args)
-        size = args.size or default_size()
+        size = zoo_size(args.size)
         # by default every entry the harness trains that has a recipe at this size; pretrained
         # (open_clip, timm) entries load when named
         specs = zoo.load_specs()
@@ -226,13 +226,13 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if args.zoo_cmd == "ship":
         from .models.ship import ship
 
-        size = args.size or default_size()
+        size = zoo_size(args.size)
         for n in args.names:
             card = ship(n, size, args.cache_dir)
             print(f"{n:16s} shipped to zoo/{size}/: acc {card['clean_acc']:.4f}, sha256 {card['sha256'][:16]}")
         return 0
     if args.zoo_cmd == "list":
-        size = args.size or default_size()
+        size = zoo_size(args.size)
         if args.shipped:
             from .models.ship import shipped_table
 
@@ -313,16 +313,14 @@ def cmd_pas(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .attacks.pas import search_path
-    from .config import SIZES, default_size
+    from .config import zoo_size
     from .data import load_dataset
     from .models import zoo
     from .utils import parse_fraction
 
     # every argument is checked before a model trains or a file is written
     device = _setup_env(args)
-    if args.size is not None and args.size not in SIZES:
-        raise UserError(f"--size {args.size!r} is not a zoo size; use one of {', '.join(SIZES)}")
-    size = args.size or default_size()
+    size = zoo_size(args.size)
     validators = [v.strip() for v in args.validators.split(",") if v.strip()]
     if not validators or args.model in validators:
         raise UserError("--validators needs one or more zoo models other than the surrogate")
@@ -385,9 +383,9 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
         model = build_pretrained(spec, "cpu")
     else:
-        from .config import default_size
+        from .config import zoo_size
 
-        size = args.size or default_size()
+        size = zoo_size(args.size)
         spec.identity(size)  # an unknown size or one the entry lacks: one line before anything is built
         model = spec.build(size)  # shapes and names do not depend on the weights: nothing is trained
     model.eval()

@@ -91,6 +91,18 @@ def shipped_zoo_dir() -> Path | None:
     return shipped_zoo_root()
 
 
+def zoo_size(value: str | None, flag: str = "--size") -> str:
+    """A command's zoo size: ``value`` when given (a UserError naming ``flag`` unless it is one of
+    :data:`SIZES`), else :func:`default_size`. Grids judge their size in ``GridSpec.validate``."""
+    if value is None:
+        return default_size()
+    if value not in SIZES:
+        from .errors import UserError
+
+        raise UserError(f"{flag} {value!r} is not a zoo size; use one of {', '.join(SIZES)}")
+    return value
+
+
 def default_size() -> str:
     """Zoo size used when none is given: $ADVTRANSFER_SIZE, else `cpu`."""
     size = env("ADVTRANSFER_SIZE")

@@ -28,20 +28,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...config import SIZES, default_size
+    from ...config import zoo_size
     from ...utils import parse_fraction
     from ..measures.knowledge import correlations, knowledge_table, scatter
 
     # every argument is checked before a model is loaded or an image crafted
-    if args.size is not None and args.size not in SIZES:
-        raise UserError(f"--size {args.size!r} is not a zoo size; use one of {', '.join(SIZES)}")
+    size = zoo_size(args.size)
     check_out_dir(args.out)
     if args.n < 1 or args.steps < 1:
         raise UserError(f"--n and --steps must be positive, got {args.n} and {args.steps}")
     eps = parse_fraction(args.eps, "--eps")
     if not 0 < eps <= 1:
         raise UserError(f"--eps {args.eps} is outside (0, 1]; give it like 8/255")
-    size = args.size or default_size()
     df = knowledge_table(args.models, size, args.n, eps, args.steps, args.cache_dir, args.data_dir)
     corr = correlations(df)
     paths = write_tables({"knowledge": df, "knowledge_correlations": corr}, args.out)
