@@ -22,6 +22,17 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     for _k, _v in KERNEL_PIN.items():
         os.environ.setdefault(_k, _v)
 
+# torch.compile's kernels go to a fresh folder per session: inductor keeps compiled kernels in
+# /tmp/torchinductor_<user> across processes, so kernels built by an earlier unpinned run (other
+# CPU kernels) could otherwise be reused here, and a warm cache could hide a failing compile.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="advtransfer-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
+
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
