@@ -6,6 +6,7 @@
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
+#   make claims-runs SIZE=cpu|converged   run the grids the claims need;  make claims   tabulate them
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -30,7 +31,7 @@ ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
 KERNELS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 endif
 
-.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints
+.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints claims claims-runs
 
 install: $(STAMP)
 
@@ -82,6 +83,20 @@ golden-update: $(STAMP)
 fingerprints: $(STAMP)
 	$(KERNELS) $(BIN)/python -m advtransfer.attacks.fingerprint --update tests/attack_fingerprints.json > /dev/null
 	@echo "fingerprints refreshed: review 'git diff tests/attack_fingerprints.json' and commit it"
+
+# The seeds' claims (claims/cifar10.yaml): run every grid they need at one zoo size (resumable),
+# then tabulate all sizes into results/claims/ and the README's generated table.
+CLAIMS      ?= claims/cifar10.yaml
+CLAIMS_RUNS ?= results/claims
+claims-runs: $(STAMP)
+	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids | tr ' ' ':')" || exit 2; failed=""; \
+	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
+	  $(BIN)/advtransfer grid $$grid --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
+	    || failed="$$failed $$name"; \
+	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
+
+claims: $(STAMP)
+	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --readme README.md
 
 clean-results:  # every run folder; the committed baselines stay
 	find results -mindepth 1 -maxdepth 1 -type d ! -name baselines -exec rm -rf {} +

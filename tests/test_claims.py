@@ -136,3 +136,52 @@ def test_a_baseline_may_be_the_claimed_winner(tmp_path):
     rev = claims_table(load_claims(_spec(tmp_path, sizes="[cpu]", a="matched:evals", b="cwa")), runs).iloc[0]
     assert rev["cpu_n_pairs"] == fwd["cpu_n_pairs"] and rev["cpu_diff"] == pytest.approx(-fwd["cpu_diff"])
     assert rev["cpu_verdict"] == "does not hold" and fwd["cpu_verdict"] == "holds"
+
+
+# --- the command ---------------------------------------------------------------------------------------
+README_TEXT = "# Project\n\nintro\n\n{begin}\nold table\n{end}\n\nafter\n"
+
+
+def test_claims_command_writes_the_table_the_report_and_the_readme(tmp_path, capsys):
+    from advtransfer.analysis.cli.claims import README_BEGIN, README_END
+    from advtransfer.cli import main
+
+    runs = tmp_path / "runs"
+    make_run(runs / "converged" / "synthetic", replicates=3)
+    claims = _spec(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(README_TEXT.format(begin=README_BEGIN, end=README_END))
+    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 0
+    out = capsys.readouterr().out
+    assert "measured: converged 1/1, cpu 0/1" in out
+    df = pd.read_parquet(runs / "claims.parquet")
+    assert df.iloc[0]["converged_verdict"] == "holds"
+    # the README's table is the command's table, between the markers; the rest is untouched
+    text = readme.read_text()
+    assert "old table" not in text and "**holds**" in text and text.startswith("# Project\n\nintro\n\n")
+    assert text.endswith(f"{README_END}\n\nafter\n")
+    assert format_claims(df, ("converged", "cpu")).splitlines()[2] in text
+    html = (runs / "report" / "claims.html").read_text()
+    assert "<strong>holds</strong>" in html and "<table>" in html
+    # a second run replaces the table instead of adding one
+    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 0
+    assert readme.read_text() == text
+
+
+def test_claims_command_checks_before_writing(tmp_path, capsys):
+    from advtransfer.cli import main
+
+    runs = tmp_path / "runs"
+    make_run(runs / "converged" / "synthetic", replicates=1)
+    claims = _spec(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no generated claims table" in err[0]
+    assert readme.read_text() == "# no markers\n" and not (runs / "claims.csv").exists()
+    assert main(["claims", str(tmp_path / "nope.yaml"), "--runs", str(runs)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    # --list-grids: what make claims-runs runs, one 'GRID NAME' line per grid
+    assert main(["claims", str(claims), "--list-grids"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "grid.yaml"), "synthetic"]

@@ -248,7 +248,7 @@ def grid_name(grid: str) -> str:
     """The ``name:`` of a grid file (its run folder's name), without validating the rest."""
     import yaml
 
-    from ..grid import resolve_grid_path
+    from ...grid import resolve_grid_path
 
     path = resolve_grid_path(grid)
     try:
@@ -298,7 +298,8 @@ def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
         cells = [r["claim"], f"{r['paper']}; {r['setting']}".strip("; "), r["paper_number"] or "n/a"]
         for s in sizes:
             if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
-                cells.append(str(r.get(f"{s}_note", "")))
+                note = str(r.get(f"{s}_note", ""))
+                cells.append("not run" if note.startswith("not run") else note)
                 continue
             reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
                     if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
