@@ -162,7 +162,7 @@ def test_claims_command_writes_the_table_the_report_and_the_readme(tmp_path, cap
     assert text.endswith(f"{README_END}\n\nafter\n")
     assert format_claims(df, ("converged", "cpu")).splitlines()[2] in text
     html = (runs / "report" / "claims.html").read_text()
-    assert "<strong>holds</strong>" in html and "<table>" in html
+    assert "<strong>holds</strong>" in html and "<table class=\"wrap\">" in html
     # a second run replaces the table instead of adding one
     assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 0
     assert readme.read_text() == text

@@ -67,7 +67,7 @@ def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
                 Section("How to read it", [Raw(how, f"<p>{_esc(how)}</p>")], anchor="how")]
     rep = out / "report"
     rep.mkdir(parents=True, exist_ok=True)
-    title = f"Claims: {spec.name}"
+    title = f"claims ({spec.name})"
     atomic_write_text(rep / "report.md", render_markdown(title, sections))
     html = rep / "claims.html"
     atomic_write_text(html, render_html(title, sections))
@@ -89,7 +89,7 @@ def _md_to_html(md: str) -> str:
     bold = lambda s: re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _esc(s))  # noqa: E731
     th = "".join(f"<th>{_esc(c)}</th>" for c in head)
     trs = "".join("<tr>" + "".join(f"<td>{bold(c)}</td>" for c in r) + "</tr>" for r in body)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+    return f"<table class=\"wrap\"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -352,6 +352,7 @@ table { border-collapse: collapse; margin: .3em 0 1.4em; font-size: 13px;
 p.caption { font-weight: 600; font-size: 13px; margin: 1.2em 0 .2em; }
 th, td { padding: .28em .7em; border-bottom: 1px solid #e3e3e3; text-align: left; white-space: nowrap; }
 th.num, td.num { text-align: right; }
+table.wrap { display: table; width: 100%; } table.wrap td, table.wrap th { white-space: normal; vertical-align: top; }
 thead th { border-bottom: 2px solid #555; background: #f6f6f6; }
 tbody tr:hover { background: #fafaf0; }
 figure { margin: 1em 0 1.8em; } figure img { max-width: min(100%, 900px); border: 1px solid #ddd; }
