@@ -94,7 +94,7 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     from .executors import check_executor_setup
     from .grid import expand_cells, resolve_attack
     from .models import zoo
-    from .models.loading import check_checkpoint, is_trained
+    from .models.sources import check_checkpoint, is_trained
 
     spec.validate()
     check_device(device)

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
-from .loading import load_members, load_states
+from .loading import load_networks, load_states
 
 COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",
                       "seed": "seed of the shuffled cycle / SWAG samples",
@@ -244,7 +244,7 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
                                 seed, bn_x, device)
         params.update(scale=scale, mode=mode, bn_images=n_bn)
     else:
-        members = load_members(name, size, cache, device)
+        members = load_networks(name, size, cache, device)
         module = MemberCollection(members, per_step, seed, bool(options.get("vectorise", False)))
         params["K"] = len(members)
     params.update(per_step=per_step, seed=seed)

@@ -39,11 +39,12 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
                         f"retrain it (advtransfer zoo train {name} --size {size}) before shipping")
     verify_checksum(weights, card.get("sha256"), name)
     if "original_est" not in (card.get("clean_acc_test") or {}) and spec.label_set() == "cifar10":  # the literature's number
-        from .loading import load_model, whole_test_accuracy
+        from .loading import whole_test_accuracy
+        from .sources import load_model
 
         card["clean_acc_test"] = whole_test_accuracy(load_model(name, size, cache), spec.dataset)
     if spec.family == "defended" and "robust_acc_pgd20" not in card and spec.label_set() == "cifar10":
-        from .loading import load_model
+        from .sources import load_model
 
         card["robust_acc_pgd20"] = robust_accuracy(load_model(name, size, cache))
     dest = root / size

@@ -98,7 +98,7 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
     from ...data import eval_subset, load_dataset
     from ...models.cards import read_card
     from ...models.catalogue import get_spec, load_specs
-    from ...models.loading import load_model
+    from ...models.sources import load_model
 
     specs = load_specs()
     if not descendants:
