@@ -42,8 +42,10 @@ class ModelCache:
         self.fitted: dict[str, dict] = {}  # posterior smoothing: effective (fitted) parameters by surrogate key
 
     def get(self, name: str) -> nn.Module:
+        """One network of ``name`` (a collection's first member), loaded once: victims, clean
+        labels, a model an attack uses besides its surrogates."""
         if name not in self._models:
-            self._models[name] = zoo.load_model(name, self.size, self.cache, self.device)
+            self._models[name] = zoo.load_model(name, self.size, self.cache, self.device, member=0)
         return self._models[name]
 
     def surrogate(self, name: str, options: dict | None = None) -> nn.Module:

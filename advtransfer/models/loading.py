@@ -116,7 +116,7 @@ def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = ""
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)
-    if spec.defence is None and spec.label_set() != "cifar10":  # a downstream model: scored on its own labels
+    if spec.label_set() != "cifar10":  # a downstream model: scored on its own labels
         from ..variants import DataVariant
 
         net.label_map = DataVariant(labels=spec.label_set()).label_map()
