@@ -7,11 +7,12 @@ tidy result tables and transfer-matrix plots. Pixels are in [0, 1] (N×C×H×W) 
 __version__ = "0.1.0"
 
 
-def load_model(name: str, size: str | None = None, cache=None, device: str = "cpu"):
-    """Load a trained zoo model (see :func:`advtransfer.models.zoo.load_model`)."""
+def load_model(name: str, size: str | None = None, cache=None, device: str = "cpu", member: int | None = None):
+    """The module a grid attacks for zoo entry ``name`` (a collection for an LGV, cSGLD or SWAG
+    entry); ``member=k``: its k-th network instead. See :func:`advtransfer.models.zoo.load_model`."""
     from .models.zoo import load_model as _load
 
-    return _load(name, size=size, cache=cache, device=device)
+    return _load(name, size=size, cache=cache, device=device, member=member)
 
 
 def create_attack(name: str, **params):

@@ -39,37 +39,35 @@ class ModelCache:
         self._models: dict[str, nn.Module] = {}
         self._compiled: dict[str, tuple[nn.Module, str]] = {}
         self._clean: dict[str, torch.Tensor] = {}
-        self.fitted: dict[str, dict] = {}  # posterior smoothing: effective (fitted) parameters by surrogate key
+        self._sources: dict[str, zoo.Source] = {}
+        # drawn surrogates (collections, posterior smoothing): the parameters each was built with,
+        # by surrogate key; the rows' surrogate_params record them
+        self.params: dict[str, dict] = {}
 
     def get(self, name: str) -> nn.Module:
+        """One network of ``name`` (a collection's first member), loaded once: victims, clean
+        labels, a model an attack uses besides its surrogates."""
         if name not in self._models:
-            self._models[name] = zoo.load_model(name, self.size, self.cache, self.device)
+            self._models[name] = zoo.load_model(name, self.size, self.cache, self.device, member=0)
         return self._models[name]
+
+    def source(self, name: str) -> zoo.Source:
+        """Where ``name`` comes from at the run's size (resolved once)."""
+        if name not in self._sources:
+            self._sources[name] = zoo.resolve(name, self.size, self.cache)
+        return self._sources[name]
 
     def surrogate(self, name: str, options: dict | None = None) -> nn.Module:
         """The module attacked for ``name``: the model, or for a multi-sample entry (several
-        members, or SWAG) a collection built with the grid's ``options``."""
-        from .models.collections import build_collection, is_collection
-
-        card = zoo.read_card(name, self.size, self.cache) or {}
-        if options and "posterior" in options:
-            if is_collection(card):
-                raise UserError(f"posterior smoothing wraps a single trained model; {name!r} is a collection")
-            key = f"{name}|{json.dumps(options, sort_keys=True)}"
-            if key not in self._models:
-                from .models.collections import build_posterior
-
-                self._models[key], params = build_posterior(name, self.get(name), card, dict(options), self.data_dir)
-                self.fitted[key] = params
-            return self._models[key]
-        if not is_collection(card):
-            if options:
-                raise UserError(f"surrogate options {sorted(options)} need a collection; {name!r} is a single model")
-            return self.get(name)
-        key = f"{name}|{json.dumps(options or {}, sort_keys=True)}"
+        members, or SWAG) a collection built with the grid's ``options``, or posterior smoothing
+        around a single model."""
+        options = dict(options or {})
+        key = surrogate_key(name, options)
         if key not in self._models:
-            self._models[key], _ = build_collection(name, card, dict(options or {}), self.size, self.cache,
-                                                    self.device, self.data_dir)
+            self._models[key], params = self.source(name).attacked(options, self.size, self.cache, self.device,
+                                                                   self.data_dir, plain=lambda: self.get(name))
+            if params:
+                self.params[key] = params
         return self._models[key]
 
     def attacked(self, name: str, options: dict | None, hooks: bool, probe: tuple[torch.Tensor, torch.Tensor]
@@ -78,13 +76,10 @@ class ModelCache:
         ``compile_mode`` auto, a single model (not a collection, no options) is timed eager
         against compiled on the ``probe`` batch once per run (:func:`advtransfer.accel.choose_compiled`);
         attacks that hook into layers (``hooks``) always get the eager model."""
-        from .models.collections import is_collection
-
         module = self.surrogate(name, options)
         if self.compile_mode == "off":
             return module, "off"
-        card = zoo.read_card(name, self.size, self.cache) or {}
-        if options or is_collection(card):
+        if surrogate_key(name, options) in self.params:  # drawn: a collection or posterior smoothing
             return module, "eager (collection)"
         if hooks:
             return module, "eager (hooks)"
@@ -128,31 +123,27 @@ def surrogate_kind(cell: Cell, cards: dict[str, dict]) -> str:
     return cards[cell.surrogate.models[0]].get("kind", "single")
 
 
-def surrogate_params(cell: Cell, cards: dict[str, dict], fitted: dict[str, dict] | None = None) -> str:
-    """JSON of how the surrogate was trained (card ``surrogate_params``: rho, K, epoch, ...) and
-    how a collection is drawn (grid options); keyed by model name for a set of several."""
-    from .models.collections import is_collection
+def surrogate_key(name: str, options: dict | None) -> str:
+    """The key of the module attacked for model ``name`` with surrogate ``options`` (one per run)."""
+    return f"{name}|{json.dumps(dict(options or {}), sort_keys=True)}"
+
+
+def surrogate_params(cell: Cell, cards: dict[str, dict], built: dict[str, dict] | None = None) -> str:
+    """JSON of how the surrogate was trained (card ``surrogate_params``: rho, K, epoch, ...) and,
+    for a collection or posterior smoothing, how it was drawn: the parameters it was built with
+    (``built``, by :func:`surrogate_key`: grid options, K, per_step, seed, fitted scales, ...);
+    keyed by model name for a set of several."""
+    opts = dict(cell.surrogate.options)
 
     def one(m: str) -> dict:
-        card = cards[m]
-        p = dict(card.get("surrogate_params") or {})
-        if is_collection(card):
-            p.setdefault("per_step", 1)
-            if card.get("kind") != "swag":
-                p.setdefault("K", len(card.get("members", [])))
-            p.update(dict(cell.surrogate.options))
-        elif "posterior" in dict(cell.surrogate.options):  # smoothing around a single model: its fitted scales
-            opts = dict(cell.surrogate.options)
-            p.update(opts)
-            p.update((fitted or {}).get(f"{m}|{json.dumps(opts, sort_keys=True)}", {}))
-        return p
+        return {**(cards[m].get("surrogate_params") or {}), **(built or {}).get(surrogate_key(m, opts), {})}
 
     ms = cell.surrogate.models
     return json.dumps(one(ms[0]) if len(ms) == 1 else {m: one(m) for m in ms}, sort_keys=True, default=str)
 
 
 def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[str, dict], sha: str,
-                 fitted: dict[str, dict] | None = None) -> dict:
+                 built: dict[str, dict] | None = None) -> dict:
     p = cell.config["attack_params"]
     return {
         "run_id": run_id, "cell_id": cell.cell_id, "dataset": spec.dataset, "split": spec.split,
@@ -163,7 +154,7 @@ def _cell_fields(spec: GridSpec, cell: Cell, attack, run_id: str, cards: dict[st
         "ensemble": p.get("ensemble", "logit"), "match": cell.attack.match, "baseline_for": cell.attack.baseline_for,
         "surrogate": cell.surrogate.name, "surrogate_base": cell.surrogate.base or cell.surrogate.name,
         "replicate": cell.surrogate.replicate, "surrogate_kind": surrogate_kind(cell, cards),
-        "surrogate_params": surrogate_params(cell, cards, fitted), "n_surrogates": len(cell.surrogate.models),
+        "surrogate_params": surrogate_params(cell, cards, built), "n_surrogates": len(cell.surrogate.models),
         "surrogate_sha": "+".join(cards[m]["sha256"] for m in cell.surrogate.models), "zoo_size": spec.size,
         "git_sha": sha, "advtransfer_version": __version__, "torch_version": torch.__version__,
     }
@@ -274,7 +265,7 @@ class CellRunner:
                                precision=spec.precision, log=self.log, load_model=self.models.get)
             res = craft_or_load(cell, attack, S, ctx, store, self.log,
                                 fields={"compile": compiled})
-        fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.fitted), **res.fields,
+        fields = {**_cell_fields(spec, cell, attack, self.run_id, self.cards, self.sha, self.models.params), **res.fields,
                   "n": len(res.index)}
         learned = res.fields.get("n_craft")  # kinds that learn on training images spend their passes there
         if "surrogate_passes" not in res.fields:  # an attack may record its exact total

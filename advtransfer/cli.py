@@ -206,14 +206,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         # by default every entry the harness trains that has a recipe at this size; pretrained
         # (open_clip, timm) entries load when named
         specs = zoo.load_specs()
-
-        def has_size(s) -> bool:  # a defended entry is trained at a size its base has
-            if s.defence is not None:
-                base = specs.get(zoo.split_checkpoint(s.base)[0].split("@")[0])
-                return base is not None and has_size(base)
-            return s.pretrained is None and size in s.recipe.get("sizes", {})
-
-        names = args.names or [n for n, s in specs.items() if has_size(s)]
+        names = args.names or [n for n, s in specs.items() if zoo.declared(s).trains_at(size, specs)]
         for n in names:  # every name checked before anything trains
             zoo.get_spec(n).identity(size)
         if args.retrain:
@@ -239,19 +232,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             print(shipped_table(size))
             return 0
         for name, spec in zoo.load_specs().items():
-            card = zoo.read_card(name, size, args.cache_dir)
-            state = "missing"
-            if spec.pretrained is not None:
-                tag = spec.pretrained.get("tag") or spec.pretrained.get("weights") or "random init (tests only)"
-                state = f"pretrained {tag}: " + ("loaded" if card is not None and card.get("recipe_hash") == spec.recipe_hash(size)
-                                                 else "not loaded yet (needs internet or a weights file)")
-            elif card is not None:
-                from .models.store import shipped_hash
-
-                current = card.get("recipe_hash") == spec.recipe_hash(size)
-                state = f"acc {card['clean_acc']:.3f}" if current else "stale (recipe changed)"
-                if current and shipped_hash(name, size) == card.get("recipe_hash"):
-                    state += " (shipped)"
+            state = zoo.declared(spec).cache_state(size, args.cache_dir)
             print(f"{name:16s} {spec.arch:10s} {spec.family:9s} {spec.kind:8s} {size}: {state}")
         return 0
     raise UserError("zoo needs a subcommand: train or list (see advtransfer zoo --help)")
@@ -350,8 +331,8 @@ def cmd_pas(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist; create it first")
     zoo.ensure_trained([args.model, *validators], size, args.cache_dir, args.data_dir, device, not args.no_progress)
     card = zoo.read_card(args.model, size, args.cache_dir) or {}
-    model = zoo.load_model(args.model, size, args.cache_dir, device)
-    vals = [zoo.load_model(v, size, args.cache_dir, device) for v in validators]
+    model = zoo.load_model(args.model, size, args.cache_dir, device, member=0)
+    vals = [zoo.load_model(v, size, args.cache_dir, device, member=0) for v in validators]
     used = int((card.get("recipe") or {}).get("train_subset") or len(data))
     start = used if len(data) - used >= args.n else len(data) - args.n
     x, y = data.tensors(list(range(start, start + args.n)))[:2]
@@ -375,26 +356,20 @@ def cmd_pas(args: argparse.Namespace) -> int:
 
 def cmd_layers(args: argparse.Namespace) -> int:
     from .attacks.features import list_layers, resolve_layer
-    from .models.catalogue import get_spec
+    from .models import zoo
 
-    spec = get_spec(args.model)
-    if spec.pretrained is not None:
-        from .models.pretrained import build_pretrained
+    from .config import zoo_size
 
-        model = build_pretrained(spec, "cpu")
-    else:
-        from .config import zoo_size
-
-        size = zoo_size(args.size)
-        spec.identity(size)  # an unknown size or one the entry lacks: one line before anything is built
-        model = spec.build(size)  # shapes and names do not depend on the weights: nothing is trained
+    size = zoo_size(args.size)
+    src = zoo.declared(zoo.get_spec(args.model))
+    model = src.network(size)  # shapes and names do not depend on the weights: nothing is trained
     model.eval()
     infos = list_layers(model)
     auto = resolve_layer(model, "auto", model_name=args.model) if any(li.candidate for li in infos) else None
     pen = resolve_layer(model, "penultimate", model_name=args.model)
     shown = [li for li in infos if args.all or li.candidate or li.name == pen]
     width = max(len(li.name) for li in shown)
-    print(f"{args.model} ({spec.arch if spec.pretrained is not None else spec.arch_at(size)[0]}): {'every module' if args.all else 'block chain'}; "
+    print(f"{args.model} ({src.arch_name(size)}): {'every module' if args.all else 'block chain'}; "
           f"layer names as the attacks' layer parameter takes them")
     for li in shown:
         mark = "  <- auto" if li.name == auto else ("  <- penultimate (its input)" if li.name == pen else "")

@@ -143,7 +143,7 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path |
 
     Cells whose surrogates are not trained yet get their id only after training (``cell_id``
     None: the id hashes the weights)."""
-    from .models.loading import is_trained
+    from .models.sources import is_trained
     from .validate import preflight
 
     run_dir = Path(out) if out else default_run_dir(spec)

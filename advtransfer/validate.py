@@ -94,7 +94,6 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     from .executors import check_executor_setup
     from .grid import expand_cells, resolve_attack
     from .models import zoo
-    from .models.loading import check_checkpoint, is_trained
 
     spec.validate()
     check_device(device)
@@ -116,10 +115,10 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
             crafts.append((cell.attack.label, int(attack.extra["n_craft"])))
     needs_training = False
     for m in spec.model_names():
-        ms = zoo.get_spec(m, specs)
-        if is_trained(ms, spec.size, cache):
-            check_checkpoint(ms, spec.size, cache)  # a corrupt checkpoint is refused before anything runs
-        elif ms.pretrained is None:
+        src = zoo.declared(zoo.get_spec(m, specs))
+        if src.is_ready(spec.size, cache):
+            src.check(spec.size, cache)  # a corrupt checkpoint is refused before anything runs
+        elif src.trains:
             needs_training = True
     if crafts or needs_training:
         train = load_dataset(spec.dataset, "train", data_dir)

@@ -39,7 +39,7 @@ def main() -> None:
     if args.victim:
         from advtransfer.models import zoo
 
-        model = zoo.load_model(args.victim, args.size, None, "cpu")
+        model = zoo.load_model(args.victim, args.size, None, "cpu", member=0)
     else:
         from advtransfer.models.archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 

@@ -47,7 +47,7 @@ def passes_time(spec, n: int) -> tuple[float, dict[str, float]]:
     shas = {m: zoo.read_card(m, spec.size)["sha256"] for m in spec.model_names()}
     t_grad, t_fwd = {}, {}
     for m in spec.model_names():
-        model = zoo.load_model(m, spec.size)
+        model = zoo.load_model(m, spec.size, member=0)
         xb, yb = x[:spec.batch_size], y[:spec.batch_size]
 
         def grad():

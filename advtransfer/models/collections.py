@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
-from .loading import load_members, load_states
+from .loading import load_networks, load_states
 
 COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",
                       "seed": "seed of the shuffled cycle / SWAG samples",
@@ -223,9 +223,10 @@ class SWAGCollection(_Collection):
 def build_collection(name: str, card: dict, options: dict[str, Any], size: str, cache=None,
                      device: str = "cpu", data_dir=None) -> tuple[nn.Module, dict]:
     """The surrogate module of a multi-member or SWAG zoo entry with grid ``options``; returns
-    (module, the effective parameters for the results table)."""
+    (module, the parameters for the results table: the card's training parameters and the grid's
+    options, with the values the collection is drawn with, defaults included)."""
     check_options(options, f"surrogate {name}: ")
-    params = dict(card.get("surrogate_params") or {})
+    params = {**(card.get("surrogate_params") or {}), **options}
     per_step = int(options.get("per_step", 1))
     seed = int(options.get("seed", 0))
     if card.get("kind") == "swag":
@@ -244,7 +245,7 @@ def build_collection(name: str, card: dict, options: dict[str, Any], size: str, 
                                 seed, bn_x, device)
         params.update(scale=scale, mode=mode, bn_images=n_bn)
     else:
-        members = load_members(name, size, cache, device)
+        members = load_networks(name, size, cache, device)
         module = MemberCollection(members, per_step, seed, bool(options.get("vectorise", False)))
         params["K"] = len(members)
     params.update(per_step=per_step, seed=seed)
@@ -340,10 +341,12 @@ def build_posterior(name: str, model: nn.Module, card: dict, options: dict[str, 
     """Posterior smoothing around the trained single model ``name`` with grid ``options``; scales
     given as ``auto`` are fitted on ``n_fit`` training images the recipe did not train on (the
     tail of the training split; with a recipe that uses every training image, its last ``n_fit``).
-    Returns (module, the effective parameters, fitted scales included)."""
+    Returns (module, the parameters for the results table: the grid's options with the values
+    used, fitted scales and defaults included)."""
     check_options(options, f"surrogate {name}: ")
     ws, xs = options.get("weight_scale", "auto"), options.get("input_scale", "auto")
-    params = {"posterior": "gaussian", "per_step": int(options.get("per_step", 1)), "seed": int(options.get("seed", 0))}
+    params = {**options, "posterior": "gaussian", "per_step": int(options.get("per_step", 1)),
+              "seed": int(options.get("seed", 0))}
     if "auto" in (ws, xs):
         from ..data import load_dataset
 

@@ -16,6 +16,7 @@ from ..config import env, shipped_zoo_dir
 from ..resources import source_root
 from ..utils import atomic_path, atomic_write_text, sha256_file
 from .catalogue import get_spec
+from .sources import declared, load_model
 from .store import verify_checksum, zoo_paths
 
 
@@ -27,7 +28,7 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
         raise UserError("zoo ship writes into a source checkout's zoo/ folder (or $ADVTRANSFER_SHIPPED_ZOO); "
                         "run it from a clone of the project")
     spec = get_spec(name)
-    if spec.pretrained is not None or spec.defence is not None:
+    if not declared(spec).has_weights:
         raise UserError(f"model {name!r} is not trained by the harness: nothing to ship")
     weights, card_file = zoo_paths(name, size, cache)
     if not card_file.is_file() or not weights.is_file():
@@ -39,13 +40,11 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
                         f"retrain it (advtransfer zoo train {name} --size {size}) before shipping")
     verify_checksum(weights, card.get("sha256"), name)
     if "original_est" not in (card.get("clean_acc_test") or {}) and spec.label_set() == "cifar10":  # the literature's number
-        from .loading import load_model, whole_test_accuracy
+        from .loading import whole_test_accuracy
 
-        card["clean_acc_test"] = whole_test_accuracy(load_model(name, size, cache), spec.dataset)
+        card["clean_acc_test"] = whole_test_accuracy(load_model(name, size, cache, member=0), spec.dataset)
     if spec.family == "defended" and "robust_acc_pgd20" not in card and spec.label_set() == "cifar10":
-        from .loading import load_model
-
-        card["robust_acc_pgd20"] = robust_accuracy(load_model(name, size, cache))
+        card["robust_acc_pgd20"] = robust_accuracy(load_model(name, size, cache, member=0))
     dest = root / size
     dest.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest / f"{name}.safetensors") as tmp:

@@ -3,7 +3,9 @@
 - :mod:`.catalogue`: YAML entries → :class:`ModelSpec` (``load_specs``, ``get_spec``, ``zoo_dirs``),
 - :mod:`.cards`: the JSON card beside each model (``read_card``, ``make_card``),
 - :mod:`.store`: cache paths and verified safetensors weights,
-- :mod:`.loading`: ``ensure_trained``, ``train_spec``, ``load_model``, ``load_members``, ``load_states``.
+- :mod:`.sources`: where a model comes from (``resolve`` → a tagged ``Source``: trained,
+  collection, pretrained or defended), ``ensure_trained``, ``train_spec``, ``load_model``, ``load_members``,
+- :mod:`.loading`: ``load_states``, ``instantiate``.
 
 Cache layout: ``$ADVTRANSFER_CACHE/zoo/<size>/<name>.safetensors`` and ``<name>.json``.
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 from .cards import CARD_VERSION, make_card, read_card, write_card
 from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint, zoo_dirs
-from .loading import (ensure_trained, instantiate, is_trained, load_members, load_model, load_states,
-                      prepare_pretrained, train_spec)
+from .loading import instantiate, load_states
+from .sources import (CollectionSource, DefendedSource, PretrainedSource, Source, TrainedSource, declared,
+                      ensure_trained, is_trained, load_members, load_model, prepare_pretrained, resolve, train_spec)
 from .store import zoo_paths
 
-__all__ = ["CARD_VERSION", "ModelSpec", "ensure_trained", "get_spec", "instantiate", "is_trained",
-           "load_members", "load_model", "load_specs", "load_states", "make_card", "prepare_pretrained",
-           "read_card", "split_checkpoint", "train_spec", "write_card", "zoo_dirs", "zoo_paths"]
+__all__ = ["CARD_VERSION", "CollectionSource", "DefendedSource", "ModelSpec", "PretrainedSource", "Source",
+           "TrainedSource", "declared", "ensure_trained", "get_spec", "instantiate", "is_trained", "load_members",
+           "load_model", "load_specs", "load_states", "make_card", "prepare_pretrained", "read_card", "resolve",
+           "split_checkpoint", "train_spec", "write_card", "zoo_dirs", "zoo_paths"]

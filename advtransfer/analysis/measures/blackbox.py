@@ -292,7 +292,7 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
         size = {v: str(s) for v, s in res.groupby("victim")["zoo_size"].first().items()}
         path = Path(run_dir) / "blackbox.parquet"
         old = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
-        models = ((v, lambda v=v: zoo.load_model(v, size[v], cache, device)) for v in vs)
+        models = ((v, lambda v=v: zoo.load_model(v, size[v], cache, device, member=0)) for v in vs)
     else:
         if model is None or data is None:
             raise UserError("measure_blackbox needs a run folder, or a model and data=(x, y, index)")

@@ -221,7 +221,7 @@ class _Models:
         if key not in self._m:
             from ...models import zoo
 
-            self._m[key] = zoo.load_model(name, size, self.cache, self.device)
+            self._m[key] = zoo.load_model(name, size, self.cache, self.device, member=0)
         return self._m[key]
 
 

@@ -111,7 +111,7 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
 
     def logits(name: str) -> torch.Tensor:
         if name not in cache_m:
-            m = zoo.load_model(name, size, cache, device)
+            m = zoo.load_model(name, size, cache, device, member=0)
             with torch.no_grad():
                 cache_m[name] = predict_batched(m, xh, 500, device)
         return cache_m[name]

@@ -72,6 +72,13 @@ def transfer_metrics(source: nn.Module, target: nn.Module, x: torch.Tensor, inde
             "n_images": len(x)}
 
 
+def _recipe(spec, size: str) -> dict | None:
+    """The recipe ``spec`` is trained with at ``size``; None: not trained by the harness there."""
+    from ...models.sources import declared
+
+    return declared(spec).recipe_at(size) if size in spec.recipe.get("sizes", {}) else None
+
+
 def _scratch_for(name: str, specs: dict, size: str) -> list[str]:
     """Entries trained from scratch with the same architecture, data variant and label set as ``name``."""
     from ...models.catalogue import get_spec
@@ -80,10 +87,8 @@ def _scratch_for(name: str, specs: dict, size: str) -> list[str]:
     want = (spec.arch, json.dumps(spec.arch_kwargs, sort_keys=True), spec.data_variant(size).describe())
     out = []
     for other in specs.values():
-        if other.pretrained is not None or other.defence is not None or other.name == name:
-            continue
-        rec = other.resolved_recipe(size) if size in other.recipe.get("sizes", {}) else None
-        if rec is None or rec.get("init_from") or rec.get("method", "standard") != "standard":
+        rec = _recipe(other, size)
+        if other.name == name or rec is None or rec.get("init_from") or rec.get("method", "standard") != "standard":
             continue
         if (other.arch, json.dumps(other.arch_kwargs, sort_keys=True), other.data_variant(size).describe()) == want:
             out.append(other.name)
@@ -98,14 +103,12 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
     from ...data import eval_subset, load_dataset
     from ...models.cards import read_card
     from ...models.catalogue import get_spec, load_specs
-    from ...models.loading import load_model
+    from ...models.sources import load_model
 
     specs = load_specs()
     if not descendants:
-        descendants = [s.name for s in specs.values() if s.pretrained is None and s.defence is None
-                       and size in s.recipe.get("sizes", {}) and s.resolved_recipe(size).get("init_from")
-                       and s.resolved_recipe(size).get("method", "standard") == "standard"
-                       and read_card(s.name, size, cache) is not None]
+        descendants = [s.name for s in specs.values() if (r := _recipe(s, size)) and r.get("init_from")
+                       and r.get("method", "standard") == "standard" and read_card(s.name, size, cache) is not None]
         if not descendants:
             raise UserError(f"no fine-tuned model (an entry with init_from) is trained at size {size}; "
                             f"train some first, e.g. `advtransfer zoo train ds_resnet_va --size {size}`")
@@ -125,7 +128,7 @@ def knowledge_table(descendants: list[str] | None, size: str, n: int = 500, eps:
         variant = spec.data_variant(size)
         test = load_dataset(f"{spec.dataset}-{variant.shift}" if variant.shift != "none" else spec.dataset, "test", data_dir)
         x, y, index = eval_subset(test, min(n, len(test)))
-        target, source = load_model(d, size, cache, device), load_model(src, size, cache, device)
+        target, source = load_model(d, size, cache, device, member=0), load_model(src, size, cache, device, member=0)
         lm = getattr(target, "label_map", None)
         yt = lm[y] if lm is not None else y
         ok = predict_batched(target, x).argmax(1) == yt

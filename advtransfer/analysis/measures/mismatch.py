@@ -147,14 +147,12 @@ def _rate(rows: pd.DataFrame) -> float:
 def _chain(name: str, specs: dict, size: str) -> list[str]:
     """``name`` and the models it continues from (``init_from``), nearest first."""
     from ...models.catalogue import get_spec
+    from ...models.sources import declared
 
     out = [name]
     seen = {name}
     while True:
-        spec = get_spec(out[-1], specs)
-        if spec.pretrained is not None or spec.defence is not None:
-            return out
-        nxt = spec.resolved_recipe(size).get("init_from")
+        nxt = (declared(get_spec(out[-1], specs)).recipe_at(size) or {}).get("init_from")
         if not nxt or nxt in seen:
             return out
         out.append(nxt)

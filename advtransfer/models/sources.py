@@ -1,0 +1,531 @@
+"""Where a zoo model comes from, decided once: :func:`resolve` turns a catalogue name into a
+tagged source, and everything that trains, cards, checks or loads a model asks that source.
+
+========================  ================================================================
+:class:`TrainedSource`    trained by the harness from its recipe into one network (also an
+                          ``<entry>@epoch<k>`` checkpoint and an ``<entry>@r<k>`` replicate)
+:class:`CollectionSource` trained by the harness into several weight sets or a SWAG posterior
+                          (LGV, cSGLD, SWAG): a grid attacks it as a collection
+:class:`PretrainedSource` published weights (open_clip, timm, cifar_hub, RobustBench), carded once
+:class:`DefendedSource`   a test-time defence around another entry (its base); no weights of its own
+========================  ================================================================
+
+Whether a trained entry is a collection shows in its card (several members, or kind ``swag``),
+so :func:`resolve` reads the card at the size asked for; :func:`declared` is the source an entry
+declares in the catalogue, without reading a card (trained, pretrained or defended), for questions
+that do not depend on it (its identity, how it is prepared, whether it has weights to ship).
+
+Nothing here changes torch's global random state: networks are initialised and trained under
+:func:`advtransfer.rng.seeded`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Union
+
+import torch.nn as nn
+
+from ..config import default_size
+from ..errors import UserError
+from ..utils import sha256_file
+from .cards import make_card, read_card, write_card
+from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint, split_replicate
+from .collections import build_collection, build_posterior, is_collection
+from .loading import (FULL_TEST_SIZES, eval_images_label, eval_split, instantiate, load_networks, load_states,
+                      whole_test_accuracy)
+from .store import locate, save_states, shipped_hash, shipped_paths, verify_checksum, zoo_paths
+
+Cache = Union[str, os.PathLike, None]
+Log = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What every source answers; the defaults are those of a source with one network and no
+    weights file of its own (pretrained, defended)."""
+
+    spec: ModelSpec
+    #: the tag: trained, collection, pretrained or defended
+    kind: ClassVar[str]
+    #: holds its own weights file in the zoo (checked against its card, shipped by `zoo ship`)
+    has_weights: ClassVar[bool] = False
+    #: preparing it may train a network (its own, or a defended entry's base): it needs the training split
+    trains: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def identity(self, size: str) -> dict:
+        """Everything that determines the model at ``size`` (hashed into its card's ``recipe_hash``,
+        see :meth:`ModelSpec.identity <advtransfer.models.catalogue.ModelSpec.identity>`)."""
+        return self.spec.identity(size)
+
+    def check(self, size: str, cache: Cache = None) -> None:
+        """One-line UserError if weights on disk no longer match the card (nothing to check here)."""
+
+    def summary(self, card: dict) -> str | None:
+        """The line ``ensure_trained`` logs after :meth:`prepare` wrote ``card`` (None: none)."""
+        return None
+
+    def member(self, index: int, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """Network ``index`` of the entry (0: the only one)."""
+        if index != 0:
+            raise UserError(f"model {self.name!r} is one network: it has member 0 only, not {index}")
+        return self.load(size, cache, device)
+
+    def members(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> list[nn.Module]:
+        """Every network of the entry as an eval-mode module (here: the one)."""
+        return [self.load(size, cache, device)]
+
+    def attacked(self, options: dict[str, Any], size: str, cache: Cache = None, device: str = "cpu",
+                 data_dir: str | os.PathLike | None = None, plain: Callable[[], nn.Module] | None = None
+                 ) -> tuple[nn.Module, dict]:
+        """(the module a grid attacks for this entry with surrogate ``options``, the parameters it
+        is drawn with for the results table: the grid's options and the values used, defaults
+        included; empty for the plain network). ``plain``: the loaded network, where the caller
+        holds it already. A single network takes no options but posterior smoothing."""
+        plain = plain or (lambda: self.load(size, cache, device))
+        if not options:
+            return plain(), {}
+        if "posterior" not in options:
+            raise UserError(f"surrogate options {sorted(options)} need a collection; {self.name!r} is a single model")
+        return build_posterior(self.name, plain(), read_card(self.name, size, cache) or {}, options, data_dir)
+
+    def trains_at(self, size: str, specs: dict[str, ModelSpec] | None = None) -> bool:
+        """Whether ``zoo train`` prepares it at ``size`` by default (no: it is loaded when named)."""
+        return False
+
+    def recipe_at(self, size: str) -> dict | None:
+        """The training recipe at ``size`` (resolved, see :meth:`ModelSpec.resolved_recipe
+        <advtransfer.models.catalogue.ModelSpec.resolved_recipe>`); None: not trained by the harness."""
+        return None
+
+    def network(self, size: str | None = None) -> nn.Module:
+        """A network with the entry's layers, for listing them: freshly initialised (no training)."""
+        size = size or default_size()
+        self.spec.identity(size)  # an unknown size or one the entry lacks: one line before anything is built
+        return self.spec.build(size)
+
+    def arch_name(self, size: str | None = None) -> str:
+        """The architecture of its network at ``size``."""
+        return self.spec.arch_at(size or default_size())[0]
+
+    def cache_state(self, size: str, cache: Cache = None) -> str:
+        """How it stands in the cache at ``size``, in words (``zoo list``)."""
+        card = read_card(self.name, size, cache)
+        if card is None:
+            return "missing"
+        current = card.get("recipe_hash") == self.spec.recipe_hash(size)
+        state = f"acc {card['clean_acc']:.3f}" if current else "stale (recipe changed)"
+        if current and shipped_hash(self.name, size) == card.get("recipe_hash"):
+            state += " (shipped)"
+        return state
+
+
+@dataclass(frozen=True)
+class TrainedSource(_Source):
+    """An entry the harness trains from its recipe into one network (an ``@epoch<k>``
+    checkpoint and an ``@r<k>`` replicate are trained ones too)."""
+
+    kind: ClassVar[str] = "trained"
+    has_weights: ClassVar[bool] = True
+
+    def is_ready(self, size: str, cache: Cache = None) -> bool:
+        """Trained with the current recipe: a card holding its recipe hash, and its weights file."""
+        card = read_card(self.name, size, cache)
+        weights, _ = locate(self.name, size, cache)
+        return card is not None and card.get("recipe_hash") == self.spec.recipe_hash(size) and weights.is_file()
+
+    def check(self, size: str, cache: Cache = None) -> None:
+        """Its weights must still match the sha256 on its card (see :func:`check_checkpoint`)."""
+        card = read_card(self.name, size, cache) or {}
+        weights, _ = locate(self.name, size, cache)
+        if weights.is_file():
+            verify_checksum(weights, card.get("sha256"), self.name)
+
+    def prepare(self, size: str, cache: Cache = None, data_dir: str | os.PathLike | None = None,
+                device: str = "cpu", progress: bool = True, log: Log = print) -> dict:
+        """Train it (with the models it depends on) and write its weights and card; returns the card."""
+        name, spec = self.name, self.spec
+        stale = shipped_hash(name, size)
+        if stale == spec.recipe_hash(size):  # shipped and current, but its weights file is gone
+            raise UserError(f"shipped model {name!r} lacks its weights {shipped_paths(name, size)[0]}; "
+                            f"restore it from the repository (git checkout -- zoo/)")
+        if stale is not None:  # shipped, but the catalogue's recipe has changed since
+            log(f"{name}: the shipped weights ({shipped_paths(name, size)[0].parent}) were trained with "
+                f"another recipe (hash {stale}, catalogue {spec.recipe_hash(size)}); training it afresh into the cache")
+        log(f"training {name} ({spec.arch_at(size)[0]}, size {size}) ...")
+        return train_spec(spec, size, cache, data_dir, device, progress)
+
+    def summary(self, card: dict) -> str | None:
+        return (f"  {self.name}: clean accuracy {card['clean_acc']:.3f} on "
+                f"{card.get('clean_acc_images') or 'test 0-999'}, {card['train_s']:.0f} s")
+
+    def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """Its network: eval mode, pixels in [0,1] (N×3×32×32) to logits; weights checked against the card."""
+        return self.member(0, size, cache, device)
+
+    def member(self, index: int, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """Weight set ``index`` (in the card's ``members`` order) as an eval-mode network."""
+        size = size or default_size()
+        spec, _card, states = load_states(self.name, size, cache)
+        keys = list(states)
+        if not 0 <= index < len(keys):
+            raise UserError(f"model {self.name!r} has {len(keys)} weight set(s) at size {size}: no member {index}")
+        return instantiate(spec, states[keys[index]], self.name, size).to(device)
+
+    def members(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> list[nn.Module]:
+        """Every weight set as an eval-mode network."""
+        return load_networks(self.name, size, cache, device)
+
+    def trains_at(self, size: str, specs: dict[str, ModelSpec] | None = None) -> bool:
+        return size in self.spec.recipe.get("sizes", {})
+
+    def recipe_at(self, size: str) -> dict | None:
+        return self.spec.resolved_recipe(size)
+
+
+@dataclass(frozen=True)
+class CollectionSource(TrainedSource):
+    """A trained entry holding several weight sets (LGV snapshots, cSGLD samples) or a SWAG
+    posterior: a grid attacks it as a collection (:mod:`advtransfer.models.collections`) that
+    draws weight sets per attack iteration."""
+
+    kind: ClassVar[str] = "collection"
+
+    def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """The collection a grid attacks when it gives no options (one draw per iteration, seed 0;
+        a SWAG collection refreshes BatchNorm on training images of the default data folder)."""
+        return self.attacked({}, size or default_size(), cache, device)[0]
+
+    def attacked(self, options: dict[str, Any], size: str, cache: Cache = None, device: str = "cpu",
+                 data_dir: str | os.PathLike | None = None, plain: Callable[[], nn.Module] | None = None
+                 ) -> tuple[nn.Module, dict]:
+        if "posterior" in options:
+            raise UserError(f"posterior smoothing wraps a single trained model; {self.name!r} is a collection")
+        return build_collection(self.name, read_card(self.name, size, cache) or {}, options, size, cache, device,
+                                data_dir)
+
+
+@dataclass(frozen=True)
+class PretrainedSource(_Source):
+    """Published weights (open_clip, timm, cifar_hub, RobustBench; see :mod:`.pretrained`): loaded
+    once to write its card, built from its hub tag or weights file at every load."""
+
+    kind: ClassVar[str] = "pretrained"
+    trains: ClassVar[bool] = False
+
+    def is_ready(self, size: str, cache: Cache = None) -> bool:
+        """Loaded once and carded with the current entry."""
+        card = read_card(self.name, size, cache)
+        return card is not None and card.get("recipe_hash") == self.spec.recipe_hash(size)
+
+    def prepare(self, size: str, cache: Cache = None, data_dir: str | os.PathLike | None = None,
+                device: str = "cpu", progress: bool = True, log: Log = print) -> dict:
+        """Load it once and write its card (see :func:`prepare_pretrained`); returns the card."""
+        log(f"loading pretrained {self.name} ({self.spec.arch}) ...")
+        return prepare_pretrained(self.spec, size, cache, data_dir, device)
+
+    def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """The model (pixels in [0,1] at any size, to logits), from its hub tag or local weights file."""
+        from .pretrained import build_pretrained
+
+        return build_pretrained(self.spec, device)
+
+    def network(self, size: str | None = None) -> nn.Module:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(self.spec, "cpu")
+
+    def arch_name(self, size: str | None = None) -> str:
+        return self.spec.arch
+
+    def cache_state(self, size: str, cache: Cache = None) -> str:
+        card = read_card(self.name, size, cache)
+        tag = self.spec.pretrained.get("tag") or self.spec.pretrained.get("weights") or "random init (tests only)"
+        return f"pretrained {tag}: " + ("loaded" if card is not None and card.get("recipe_hash") == self.spec.recipe_hash(size)
+                                        else "not loaded yet (needs internet or a weights file)")
+
+
+@dataclass(frozen=True)
+class DefendedSource(_Source):
+    """A test-time defence (:mod:`.defences`) around its ``base`` entry: no weights of its own;
+    current while its base is the same trained model."""
+
+    kind: ClassVar[str] = "defended"
+
+    def is_ready(self, size: str, cache: Cache = None) -> bool:
+        """Carded around the base's current weights, and the base is ready."""
+        spec = self.spec
+        card = read_card(spec.name, size, cache)
+        base = read_card(spec.base, size, cache)
+        return (card is not None and base is not None and card.get("recipe_hash") == spec.recipe_hash(size)
+                and card.get("base_sha256") == base.get("sha256") and declared(get_spec(spec.base)).is_ready(size, cache))
+
+    def prepare(self, size: str, cache: Cache = None, data_dir: str | os.PathLike | None = None,
+                device: str = "cpu", progress: bool = True, log: Log = print) -> dict:
+        """Train its base if needed and write its card (see :func:`prepare_defended`); returns the card."""
+        log(f"defending {self.spec.base} with {self.spec.defence['kind']} as {self.name} ...")
+        return prepare_defended(self.spec, size, cache, data_dir, device, progress)
+
+    def summary(self, card: dict) -> str | None:
+        return (f"  {self.name}: clean accuracy {card['clean_acc']:.3f} on test 0-999 "
+                f"(base {self.spec.base}: {card['base_clean_acc']:.3f})")
+
+    def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """The defence around its base's network (a collection's first member)."""
+        from .defences import Defended, resolve as resolve_defence
+
+        base = load_model(self.spec.base, size, cache, device, member=0)
+        return Defended(base, resolve_defence(self.spec.defence, self.spec.source)).eval()
+
+    def trains_at(self, size: str, specs: dict[str, ModelSpec] | None = None) -> bool:
+        """Prepared at a size its base is trained at."""
+        specs = load_specs() if specs is None else specs
+        base = specs.get(split_replicate(split_checkpoint(self.spec.base)[0])[0])
+        return base is not None and declared(base).trains_at(size, specs)
+
+
+#: a zoo model's source, tagged by its ``kind``
+Source = Union[TrainedSource, CollectionSource, PretrainedSource, DefendedSource]
+
+
+def declared(spec: ModelSpec) -> TrainedSource | PretrainedSource | DefendedSource:
+    """The source ``spec`` declares in the catalogue (``pretrained:``, ``defence:``, else a
+    recipe), without reading any card; a trained entry is a collection only once its card says so
+    (see :func:`resolve`)."""
+    if spec.pretrained is not None:
+        return PretrainedSource(spec)
+    if spec.defence is not None:
+        return DefendedSource(spec)
+    return TrainedSource(spec)
+
+
+def resolve(name: str | ModelSpec, size: str | None = None, cache: Cache = None,
+            specs: dict[str, ModelSpec] | None = None) -> Source:
+    """The tagged source of zoo entry ``name`` at ``size`` (default:
+    :func:`advtransfer.config.default_size`). With :func:`declared`, its catalogue half, the one
+    place that decides whether an entry is trained, a collection, pretrained or defended: a
+    trained entry whose card at ``size`` holds several weight sets (or a SWAG posterior) is a
+    :class:`CollectionSource`; before it is trained it resolves as a :class:`TrainedSource`.
+    An unknown name is a one-line UserError."""
+    spec = name if isinstance(name, ModelSpec) else get_spec(name, specs)
+    src = declared(spec)
+    if src.kind == "trained" and is_collection(read_card(spec.name, size or default_size(), cache) or {}):
+        return CollectionSource(spec)
+    return src
+
+
+def is_trained(spec: ModelSpec, size: str, cache: Cache = None) -> bool:
+    """Trained (or, for a pretrained entry, loaded once and carded; for a defended one, carded
+    around its base's current weights) with the current recipe."""
+    return declared(spec).is_ready(size, cache)
+
+
+def check_checkpoint(spec: ModelSpec, size: str, cache: Cache = None) -> None:
+    """A trained model's weights must still match the sha256 on its card; else a one-line
+    UserError (checked before a run trains or writes anything: a corrupt checkpoint is refused,
+    never loaded, and never silently retrained, which at full size could cost days)."""
+    declared(spec).check(size, cache)
+
+
+def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+                       data_dir: str | os.PathLike | None = None, device: str = "cpu") -> dict:
+    """Load a pretrained entry once (downloading its weights, or failing with one line offline),
+    measure its clean accuracy on test images 0-999 where the dataset has a test split, and write
+    its card; returns the card."""
+    from ..training.base import accuracy
+    from .pretrained import build_pretrained
+
+    size = size or default_size()
+    t0 = time.perf_counter()
+    model = build_pretrained(spec, device)
+    load_s = time.perf_counter() - t0
+    acc, images = None, None
+    try:
+        x, y = eval_split(spec.dataset, data_dir)
+        acc, images = accuracy(model, x, y, device=device), f"test 0-{len(x) - 1}"
+    except UserError:
+        pass
+    weights = spec.pretrained.get("weights")
+    card = make_card(
+        spec, size, kind="random_init" if spec.pretrained.get("random_init") else "pretrained",
+        recipe=None, members=[""], clean_acc=acc, clean_acc_images=images,
+        # the checksum of a local weights file, else of the entry (hub weights are pinned by their tag)
+        sha256=sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size),
+        n_params=sum(p.numel() for p in model.parameters()), device=device,
+        pretrained=spec.pretrained, load_s=round(load_s, 2))
+    write_card(card, cache)
+    return card
+
+
+def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+                     data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
+    """Card a defended entry (a defence wrapping a trained base): train its base if needed,
+    measure its clean accuracy (draw 0) on test images 0-999 and write the card; its ``sha256``
+    hashes the base's weights checksum with the defence, so the victim checksum in every row
+    changes with either. Returns the card."""
+    import hashlib
+    import json
+
+    from ..metrics import labels
+    from .defences import identity as defence_identity, resolve
+
+    size = size or default_size()
+    ensure_trained([spec.base], size, cache, data_dir, device, progress)
+    base_card = read_card(spec.base, size, cache)
+    defence = resolve(spec.defence, spec.source)
+    model = load_model(spec.name, size, cache, device)
+    x, y = eval_split(spec.dataset, data_dir)
+    t0 = time.perf_counter()
+    acc = float((labels(model, x, 500, device) == y).double().mean())
+    sha = hashlib.sha256(f"{base_card['sha256']}|{json.dumps(defence_identity(defence), sort_keys=True)}"
+                         .encode()).hexdigest()
+    card = make_card(spec, size, kind="defended", recipe=None, members=[""], clean_acc=acc,
+                     clean_acc_images=f"test 0-{len(x) - 1}", sha256=sha,
+                     n_params=sum(p.numel() for p in model.parameters()), device=device,
+                     base=spec.base, base_sha256=base_card["sha256"], base_clean_acc=base_card.get("clean_acc"),
+                     defence=defence, eval_s=round(time.perf_counter() - t0, 2))
+    write_card(card, cache)
+    return card
+
+
+def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
+               data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
+    """Train one zoo entry at ``size`` and write its weights and card atomically; returns the card.
+    An ``<entry>@epoch<k>`` checkpoint is written by training its entry."""
+    from ..data import load_dataset
+    from ..training import train_from_recipe
+    from ..training.base import accuracy
+
+    size = size or default_size()
+    base, epoch = split_checkpoint(spec.name)
+    if epoch is not None:
+        if not is_trained(get_spec(base), size, cache):
+            train_spec(get_spec(base), size, cache, data_dir, device, progress)
+        card = read_card(spec.name, size, cache)
+        if card is None:
+            raise UserError(f"{spec.name!r}: entry {base!r} keeps no checkpoint after epoch {epoch}; "
+                            f"add {epoch} to its recipe's keep_epochs")
+        return card
+    recipe = dict(spec.resolved_recipe(size), _name=spec.name)
+    variant = spec.data_variant(size)
+    train = load_dataset(spec.dataset, "train", data_dir)
+    if not variant.is_default:  # the declared source, balance, shift and label set
+        from ..variants import apply_variant
+
+        train = apply_variant(train, variant, recipe.get("train_subset"))
+    net = spec.build(size)
+    head_reset: list[str] = []
+    if recipe.get("init_from"):
+        ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
+        head_reset = _load_start(net, load_model(recipe["init_from"], size, cache, member=0), spec, recipe["init_from"])
+    from ..config import train_threads
+    from ..rng import pinned_threads, provenance
+
+    if recipe.get("sources"):  # static source models (ensemble_at, pubdef): trained first, frozen
+        ensure_trained(list(recipe["sources"]), size, cache, data_dir, device, progress)
+        recipe["_sources"] = {s: load_model(s, size, cache, device, member=0) for s in recipe["sources"]}
+    threads = train_threads(recipe)
+    t0 = time.perf_counter()
+    with pinned_threads(threads):
+        out = train_from_recipe(net, recipe, train, device, progress)
+    train_s = time.perf_counter() - t0
+    made_by = provenance(device, threads)
+    recipe.pop("_name")
+    recipe.pop("_sources", None)
+    x, y = eval_split(spec.dataset, data_dir, variant)
+    images = eval_images_label(x, variant)
+    accs = {}
+    for member in out.meta.get("model_members", list(out.states)):
+        net.load_state_dict(out.states[member])
+        accs[member] = accuracy(net.to(device), x, y, device=device)
+    n_params = sum(p.numel() for p in net.parameters())
+    params = out.meta.get("surrogate_params", {})
+    kept = []
+    for key, sd in out.checkpoints.items():  # early-stopped entries <name>@epoch<k> (kind es)
+        k = int(key[len("epoch"):])
+        net.load_state_dict(sd)
+        name = f"{spec.name}@{key}"
+        sha = save_states(zoo_paths(name, size, cache)[0], {"": sd})
+        write_card(make_card(
+            spec, size, name=name, kind="es", recipe=recipe, members=[""],
+            clean_acc=accuracy(net.to(device), x, y, device=device), clean_acc_images=images, sha256=sha,
+            n_params=n_params, device=device, checkpoint_of=spec.name, provenance=made_by,
+            surrogate_params={"epoch": k, "epochs": int(recipe["epochs"]),
+                              **{p: v for p, v in params.items() if p != "epochs"}}), cache)
+        kept.append(k)
+    extra = {}
+    if size in FULL_TEST_SIZES and variant.is_default and list(out.states) == [""]:
+        net.load_state_dict(out.states[""])
+        extra["clean_acc_test"] = whole_test_accuracy(net.to(device), spec.dataset, data_dir, device)
+    sha = save_states(zoo_paths(spec.name, size, cache)[0], out.states)
+    card = make_card(spec, size, recipe=recipe, members=list(out.states), clean_acc=sum(accs.values()) / len(accs),
+                     clean_acc_members=accs, clean_acc_images=images, train_s=train_s, sha256=sha,
+                     n_params=n_params, device=device, surrogate_params=params, meta=out.meta,
+                     epochs_kept=sorted(kept), provenance=made_by, data=variant.describe(), **extra,
+                     **({"init_from": recipe["init_from"], "head_reinitialised": head_reset}
+                        if recipe.get("init_from") else {}))
+    write_card(card, cache)
+    return card
+
+
+def _load_start(net: nn.Module, start: nn.Module, spec: ModelSpec, source: str) -> list[str]:
+    """Load the weights of ``source`` (an ``init_from`` entry) into ``net``. Where the two
+    predict different label sets, the classifier head's tensors (the only ones whose shapes
+    differ) keep their fresh initialisation: a downstream model fine-tuned from a pre-trained one.
+    Returns the names of those tensors."""
+    own, theirs = net.state_dict(), start.state_dict()
+    differ = sorted(k for k in own if k in theirs and own[k].shape != theirs[k].shape)
+    missing = sorted(set(own) ^ set(theirs))
+    if missing or (differ and spec.num_classes == get_spec(source).num_classes):
+        raise UserError(f"model {spec.name!r}: init_from {source!r} does not fit its architecture "
+                        f"({(missing or differ)[0]} differs); init_from needs the same architecture")
+    net.load_state_dict({k: v for k, v in theirs.items() if k not in differ}, strict=False)
+    return differ
+
+
+def ensure_trained(names: Iterable[str], size: str | None = None, cache: Cache = None,
+                   data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
+                   log: Log = print) -> list[dict]:
+    """Train those of ``names`` (with the models they depend on) that are missing or stale, load
+    pretrained ones once to write their cards; returns the cards in the order of ``names``."""
+    size = size or default_size()
+    specs = load_specs()
+    cards = []
+    for name in dict.fromkeys(names):
+        src = declared(get_spec(name, specs))
+        if not src.is_ready(size, cache):
+            line = src.summary(src.prepare(size, cache, data_dir, device, progress, log))
+            if line is not None:
+                log(line)
+        cards.append(read_card(name, size, cache))
+    return cards
+
+
+def load_model(name: str, size: str | None = None, cache: Cache = None, device: str = "cpu",
+               member: int | None = None) -> nn.Module:
+    """The module a grid attacks for zoo entry ``name`` when it gives no surrogate options: an
+    eval-mode ``nn.Module`` taking pixels in [0,1] (N×3×32×32) and returning logits, its weights'
+    sha256 checked against the card. For a collection (LGV, cSGLD, SWAG) that is the collection
+    (one weight set drawn per attack iteration, see :mod:`.collections`); a pretrained entry
+    (open_clip, timm) is built from its hub tag or weights file and takes pixels in [0,1] at any
+    size; a defended entry is the defence around its base.
+
+    ``member``: one network instead, weight set ``member`` of a collection (0: the first; the
+    model itself for any other entry). :func:`load_members` gives all of them.
+    """
+    src = resolve(name, size, cache)
+    if member is None:
+        return src.load(size, cache, device)
+    return src.member(member, size, cache, device)
+
+
+def load_members(name: str, size: str | None = None, cache: Cache = None,
+                 device: str = "cpu") -> list[nn.Module]:
+    """All weight sets of a zoo entry as eval-mode modules (one for a single model)."""
+    return declared(get_spec(name)).members(size, cache, device)
