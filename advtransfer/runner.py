@@ -17,7 +17,7 @@ from .grid import GridSpec, expand_cells, resolve_attack
 from .models import zoo
 from .resources import results_dir
 from .store import RunStore
-from .utils import eps_to_str, git_sha, verify_checksum, versions
+from .utils import eps_to_str, git_sha, checksum_matches, versions
 
 
 def default_run_dir(spec: GridSpec) -> Path:
@@ -126,7 +126,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
 
 def _peek_table(path: Path) -> pd.DataFrame | None:
     """A checked table read without side effects (a corrupt one is reported by the real run)."""
-    if not path.is_file() or verify_checksum(path) is False:
+    if not path.is_file() or checksum_matches(path) is False:
         return None
     try:
         return pd.read_parquet(path)
@@ -157,7 +157,7 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path |
     for cell in expand_cells(spec, shas):
         pending = any(m in train for m in cell.surrogate.models)
         attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-        cached = not pending and store.adv_path(cell.cell_id).is_file() and verify_checksum(store.adv_path(cell.cell_id)) is not False
+        cached = not pending and store.adv_path(cell.cell_id).is_file() and checksum_matches(store.adv_path(cell.cell_id)) is not False
         if pending or not run_dir.is_dir():
             todo = list(spec.victims)
         else:

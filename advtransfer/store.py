@@ -29,7 +29,7 @@ import torch
 
 from . import faults
 from .errors import UserError
-from .utils import atomic_path, atomic_write_text, remove_checked, verify_checksum
+from .utils import atomic_path, atomic_write_text, remove_checked, checksum_matches
 
 
 def _stderr(msg: str) -> None:
@@ -49,7 +49,7 @@ class RunStore:
 
     def _check(self, path: Path, action: str) -> bool:
         """False (after reporting and deleting the file) when ``path`` fails its checksum."""
-        if verify_checksum(path) is False:
+        if checksum_matches(path) is False:
             self._corrupt(path, "checksum mismatch", action)
             return False
         return True
@@ -126,7 +126,7 @@ class RunStore:
         if not path.is_file():
             raise UserError(f"{path} is missing: the run has no per-image results for cell {cell_id}; "
                             "rerun `advtransfer grid` on this run folder to write them")
-        if verify_checksum(path) is False:
+        if checksum_matches(path) is False:
             raise UserError(f"{path} does not match its checksum (corrupt or truncated); rerun `advtransfer grid` "
                             "on this run folder to rebuild it")
         try:

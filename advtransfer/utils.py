@@ -103,7 +103,7 @@ def atomic_path(path: str | os.PathLike, checksum: bool = False, expected_size: 
 
     ``checksum``: also write ``<path>.sha256`` (the new file's sha256), before the file itself is
     renamed into place, so a file and a checksum that disagree mean corruption or a write cut
-    short, never a good file (see :func:`verify_checksum`). A full disk (ENOSPC) raises one-line
+    short, never a good file (see :func:`checksum_matches`). A full disk (ENOSPC) raises one-line
     :func:`disk_full_error` naming ``path``; the temporary file is removed either way."""
     p = Path(path)
     try:
@@ -130,7 +130,7 @@ def atomic_path(path: str | os.PathLike, checksum: bool = False, expected_size: 
         tmp.unlink(missing_ok=True)
 
 
-def verify_checksum(path: str | os.PathLike) -> bool | None:
+def checksum_matches(path: str | os.PathLike) -> bool | None:
     """True if ``path`` matches its ``.sha256`` file, False if not (corrupt, truncated, or its
     write was cut short), None if it has no checksum file (written before checksums existed)."""
     c = checksum_path(path)

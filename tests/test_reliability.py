@@ -199,16 +199,16 @@ def test_analyses_refuse_a_corrupt_per_image_table(tiny):
 
 
 def test_checksums_tell_good_from_damaged_files(tmp_path):
-    from advtransfer.utils import atomic_path, verify_checksum
+    from advtransfer.utils import atomic_path, checksum_matches
 
     p = tmp_path / "t.bin"
     with atomic_path(p, checksum=True) as tmp:
         tmp.write_bytes(b"x" * 1000)
-    assert verify_checksum(p) is True
+    assert checksum_matches(p) is True
     _flip(p)
-    assert verify_checksum(p) is False
+    assert checksum_matches(p) is False
     (tmp_path / "legacy.bin").write_bytes(b"y")
-    assert verify_checksum(tmp_path / "legacy.bin") is None
+    assert checksum_matches(tmp_path / "legacy.bin") is None
 
 
 # --- a full disk -----------------------------------------------------------------------------------
