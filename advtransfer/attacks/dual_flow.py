@@ -32,7 +32,7 @@ import torch
 
 from ..errors import UserError
 from .base import register_attack
-from .generative import GenerativeAttack, _Conditioned, step
+from .generative import GenerativeAttack, Conditioned, step
 from .generators import FlowVelocity, bound
 from .ops import project
 
@@ -59,7 +59,7 @@ class DualFlow(GenerativeAttack):
 
     def build(self, n_classes, table):
         dim = 64 if table is None else int(table.shape[1])
-        return _Conditioned(FlowVelocity(dim, self.extra["width"], self.extra["blocks"]), n_classes, dim, table)
+        return Conditioned(FlowVelocity(dim, self.extra["width"], self.extra["blocks"]), n_classes, dim, table)
 
     def flow_step(self, G, x0: torch.Tensor, xk: torch.Tensor, k: int, t: torch.Tensor) -> torch.Tensor:
         """One reverse Euler step from state xk at time k/K, kept in the ε-ball around x0."""

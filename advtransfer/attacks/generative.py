@@ -51,7 +51,7 @@ OBJECTIVES = ("feature", "rce", "ce", "logit")
 CONDS = ("label", "clip")
 
 
-class _Conditioned(nn.Module):
+class Conditioned(nn.Module):
     """A conditional network with its class embedding: learned (``table`` None, ``dim`` numbers per
     class) or fixed (``table``: classes×D, e.g. CLIP text embeddings)."""
 
@@ -151,7 +151,7 @@ class GenerativeAttack(Attack):
         if not self.conditional:
             return ResnetGenerator(w, b)
         dim = 64 if table is None else int(table.shape[1])
-        return _Conditioned(ConditionalResnetGenerator(dim, w, b), n_classes, dim, table)
+        return Conditioned(ConditionalResnetGenerator(dim, w, b), n_classes, dim, table)
 
     def generate(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
         """x_adv = clip(x + δ, 0, 1) with δ = bound(G(x[, t])) (differentiable in G's weights)."""

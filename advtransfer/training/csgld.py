@@ -17,7 +17,7 @@ import torch.nn as nn
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, training_subset, register_method
-from .standard import _state, fit
+from .standard import state_copy, fit
 
 
 def csgld_lr(step: int, total: int, lr_max: float, cycles: int) -> float:
@@ -79,7 +79,7 @@ def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                     p.add_(torch.randn(p.shape, generator=gen).to(p.device) * std)
         if step in marks:
             k = min(cycles - 1, int((step - 1) // (total / cycles)))
-            samples[f"c{k}s{sum(n.startswith(f'c{k}s') for n in samples)}"] = _state(net)
+            samples[f"c{k}s{sum(n.startswith(f'c{k}s') for n in samples)}"] = state_copy(net)
 
     out = fit(net, recipe, data, device, progress, lr_fn=lr_fn, after_step=after_step)
     meta = {**out.meta, "lr_trace": [round(v, 6) for v in lrs[:: max(1, len(lrs) // 200)]],

@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, register_method
-from .standard import _state, fit
+from .standard import state_copy, fit
 
 
 def snapshot_steps(total: int, k: int) -> list[int]:
@@ -35,7 +35,7 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         if not marks:
             marks.extend(snapshot_steps(total, k))
         if step in marks:
-            snaps[f"s{len(snaps):02d}"] = _state(net)
+            snaps[f"s{len(snaps):02d}"] = state_copy(net)
 
     out = fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
     meta = {**out.meta, "surrogate_params": {"K": len(snaps), "lr": float(recipe["lr"]), "epochs": epochs,

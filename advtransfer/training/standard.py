@@ -102,14 +102,14 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, net)
         if epoch + 1 in keep:
-            checkpoints[f"epoch{epoch + 1}"] = _state(net)
+            checkpoints[f"epoch{epoch + 1}"] = state_copy(net)
     bar.close()
     net.eval()
-    return TrainOutput({"": _state(net)}, {"steps": step, "final_train_loss": loss_ema},
+    return TrainOutput({"": state_copy(net)}, {"steps": step, "final_train_loss": loss_ema},
                        checkpoints=checkpoints)
 
 
-def _state(net: nn.Module) -> dict[str, torch.Tensor]:
+def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
     """A detached CPU copy of ``net``'s state dict."""
     return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
 

@@ -20,7 +20,7 @@ from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, bn_images, refresh_batchnorm, register_method
 from .lgv import snapshot_steps
-from .standard import _state, fit
+from .standard import state_copy, fit
 
 SWAG_MODES = ("diag", "lowrank")
 
@@ -67,7 +67,7 @@ def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             if n in mean:
                 p.copy_(mean[n].to(p.device))
     refresh_batchnorm(net, bn_images(data, recipe))
-    states = {"mean": _state(net), "sqmean": {n: v.clone() for n, v in sq.items()}}
+    states = {"mean": state_copy(net), "sqmean": {n: v.clone() for n, v in sq.items()}}
     states.update({f"dev{i:02d}": d for i, d in enumerate(devs)})
     meta = {"model_members": ["mean"], "n_collected": count[0],
             "surrogate_params": {"scale": float(recipe.get("scale", 1.5)), "mode": mode, "rank": len(devs),
