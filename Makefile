@@ -89,7 +89,7 @@ fingerprints: $(STAMP)
 CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
 claims-runs: $(STAMP)
-	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids | tr ' ' ':')" || exit 2; failed=""; \
+	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids)" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
 	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
 	  $(BIN)/advtransfer grid $$grid --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
 	    || failed="$$failed $$name"; \
