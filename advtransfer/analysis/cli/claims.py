@@ -85,7 +85,7 @@ def _md_to_html(md: str) -> str:
     import re
 
     rows = [r.strip().strip("|").split(" | ") for r in md.splitlines() if r.startswith("|")]
-    head, body = rows[0], [r for r in rows[2:]]
+    head, body = rows[0], rows[2:]
     bold = lambda s: re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _esc(s))  # noqa: E731
     th = "".join(f"<th>{_esc(c)}</th>" for c in head)
     trs = "".join("<tr>" + "".join(f"<td>{bold(c)}</td>" for c in r) + "</tr>" for r in body)
