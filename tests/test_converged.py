@@ -24,6 +24,8 @@ SHIPPED = REPO / "zoo"
 #: PGD-20 it holds its robustness line). Seeds of one recipe differ by over a point. A model
 #: 4 points or more below its line is a broken recipe or broken weights, not a budget choice.
 LINE_SLACK = 0.04
+#: the adversarially trained victim's PGD-20 line is held (38.1% against 38%): kept tight
+ROBUST_SLACK = 0.015
 #: a small airbench after 32 fast steps on 2,000 images: measured 0.28 on test images 0-199 (chance
 #: 0.10; the band leaves 2.5 binomial standard deviations of 200 images)
 ACC_SMALL = 0.20
@@ -206,7 +208,7 @@ def test_shipped_zoo_is_complete_current_and_checksummed():
         line = accuracy_line(card)
         assert line is not None and line_accuracy(card) >= line - LINE_SLACK, (name, line, t)
         if card["family"] == "defended":  # the adversarially trained victim: PGD-20 at 8/255 too
-            assert card["robust_acc_pgd20"] >= ROBUST_LINE - LINE_SLACK, (name, card["robust_acc_pgd20"])
+            assert card["robust_acc_pgd20"] >= ROBUST_LINE - ROBUST_SLACK, (name, card["robust_acc_pgd20"])
     assert total < 100 * 2 ** 20
 
 
