@@ -6,7 +6,8 @@
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
-#   make claims-runs SIZE=cpu|converged   run the grids the claims need;  make claims   tabulate them
+#   make claims-runs SIZE=cpu|converged [GRIDS="attack-families ..."]   run the grids the claims need
+#   make claims   keep their per-image records in claims/records/ and tabulate them
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -85,18 +86,21 @@ fingerprints: $(STAMP)
 	@echo "fingerprints refreshed: review 'git diff tests/attack_fingerprints.json' and commit it"
 
 # The seeds' claims (claims/cifar10.yaml): run every grid they need at one zoo size (resumable),
-# then tabulate all sizes into results/claims/ and the README's generated table.
+# then keep the per-image records the claims use (claims/records/, committed) and tabulate every
+# size from them into results/claims/ and the README's generated table.
 CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
+GRIDS       ?=
 claims-runs: $(STAMP)
 	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids)" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
 	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
+	  if [ -n "$(GRIDS)" ]; then case " $(GRIDS) " in *" $$name "*) ;; *) continue ;; esac; fi; \
 	  $(BIN)/advtransfer grid $$grid --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
 	    || failed="$$failed $$name"; \
 	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
 
 claims: $(STAMP)
-	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --readme README.md
+	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --readme README.md
 
 clean-results:  # every run folder; the committed baselines stay
 	find results -mindepth 1 -maxdepth 1 -type d ! -name baselines -exec rm -rf {} +

@@ -117,11 +117,15 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         "cells": {**manifest.get("cells", {}), **{c.cell_id: c.config for c in runner.cells}},
     })
     manifest.setdefault("created_at", manifest["updated_at"])
+    manifest["finished_at"] = None  # set below only when every cell of this grid has its rows
     store.write_manifest(manifest)
     try:
         run_cells(runner, executor, workers=workers, profile=profile, cache=cache, data_dir=data_dir, log=log)
     finally:
         store.merge()  # once per run (and on interruption): finished cells are in the table
+    manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest["finished_cells"] = sorted(c.cell_id for c in runner.cells)
+    store.write_manifest(manifest)
 
 
 def _peek_table(path: Path) -> pd.DataFrame | None:

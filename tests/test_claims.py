@@ -185,3 +185,96 @@ def test_claims_command_checks_before_writing(tmp_path, capsys):
     # --list-grids: what make claims-runs runs, one 'GRID NAME' line per grid
     assert main(["claims", str(claims), "--list-grids"]) == 0
     assert capsys.readouterr().out.split() == [str(tmp_path / "grid.yaml"), "synthetic"]
+
+
+# --- the committed records -----------------------------------------------------------------------------
+def _finish(run: Path, extra_cell: bool = True) -> None:
+    """Mark a synthetic run finished (as `advtransfer grid` does) and add a cell no claim pairs."""
+    import json
+
+    if extra_cell:  # an attack no claim names: its rows and samples must stay out of the records
+        df = pd.read_parquet(run / "results.parquet")
+        other = df[df["cell_id"] == "cwa0a"].assign(cell_id="pgd0x", attack_label="pgd", attack="pgd")
+        pd.concat([df, other]).to_parquet(run / "results.parquet", index=False)
+        s = pd.read_parquet(run / "samples" / "cwa0a.parquet").assign(cell_id="pgd0x")
+        s.to_parquet(run / "samples" / "pgd0x.parquet", index=False)
+    m = json.loads((run / "manifest.json").read_text())
+    m["finished_at"] = "2026-12-04T00:00:00+00:00"
+    (run / "manifest.json").write_text(json.dumps(m))
+
+
+def test_records_hold_what_the_table_needs_and_give_the_same_table(tmp_path):
+    """The exported records are a fraction of the run, yet every number of the table is the run's."""
+    import json
+
+    from advtransfer.analysis.measures.claim_records import RECORD_COLUMNS, export_records
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    run = make_run(runs / "converged" / "synthetic", replicates=2)
+    _finish(run)
+    spec = load_claims(_spec(tmp_path))
+    done = export_records(spec, runs, records, log=lambda m: None)
+    assert [(e.size, e.grid, e.cells, e.rows) for e in done] == [("converged", "synthetic", 4, 8)]
+    rec = records / "converged" / "synthetic"
+    assert sorted(f.stem for f in (rec / "samples").glob("*.parquet")) == ["cwa0a", "cwa1a", "mifgsm0b", "mifgsm1b"]
+    s = pd.read_parquet(rec / "samples" / "cwa1a.parquet")
+    assert tuple(s.columns) == RECORD_COLUMNS  # no predictions, margins or norms
+    assert set(pd.read_parquet(rec / "results.parquet")["cell_id"]) == {"cwa0a", "cwa1a", "mifgsm0b", "mifgsm1b"}
+    assert json.loads((rec / "source.json").read_text())["git_sha"] == "abc1234"
+    pd.testing.assert_frame_equal(claims_table(spec, records), claims_table(spec, runs))
+    # a changed record changes the table: the table is read from the records, not kept anywhere else
+    s["success"] = False
+    s.to_parquet(rec / "samples" / "cwa1a.parquet", index=False)
+    assert claims_table(spec, records).iloc[0]["converged_diff"] < claims_table(spec, runs).iloc[0]["converged_diff"]
+
+
+def test_an_unfinished_run_leaves_the_records_as_they_were(tmp_path):
+    import json
+
+    from advtransfer.analysis.measures.claim_records import export_records
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    run = make_run(runs / "cpu" / "synthetic")
+    _finish(run, extra_cell=False)
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]"))
+    export_records(spec, runs, records, log=lambda m: None)
+    before = {f: f.read_bytes() for f in (records / "cpu").rglob("*") if f.is_file()}
+    m = json.loads((run / "manifest.json").read_text())
+    m["finished_at"] = None  # a rerun was interrupted
+    (run / "manifest.json").write_text(json.dumps(m))
+    (run / "samples" / "cwa0a.parquet").unlink()
+    said: list[str] = []
+    assert export_records(spec, runs, records, log=said.append) == []
+    assert len(said) == 1 and "did not finish" in said[0]
+    assert {f: f.read_bytes() for f in (records / "cpu").rglob("*") if f.is_file()} == before
+
+
+def test_claims_command_tabulates_from_the_records(tmp_path, capsys):
+    from advtransfer.cli import main
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    _finish(make_run(runs / "converged" / "synthetic", replicates=3))
+    claims = _spec(tmp_path)
+    assert main(["claims", str(claims), "--runs", str(runs), "--records", str(records),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "records: " in capsys.readouterr().out
+    import shutil
+
+    shutil.rmtree(runs)  # a fresh clone has the records only
+    assert main(["claims", str(claims), "--runs", str(runs), "--records", str(records),
+                 "--out", str(tmp_path / "out2")]) == 0
+    a, b = (pd.read_parquet(tmp_path / d / "claims.parquet") for d in ("out", "out2"))
+    assert a.iloc[0]["converged_verdict"] == "holds"
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_the_readme_table_is_the_committed_records_table():
+    """No number in the README's claims table is typed: it is what claims/records gives today."""
+    from advtransfer.analysis.cli.claims import README_BEGIN, README_END
+
+    root = Path(__file__).resolve().parents[1]
+    spec = load_claims(root / "claims" / "cifar10.yaml")
+    table = format_claims(claims_table(spec, root / "claims" / "records"), spec.sizes)
+    text = (root / "README.md").read_text()
+    generated = text.split(README_BEGIN + "\n", 1)[1].split(README_END, 1)[0]
+    assert generated.rstrip("\n") == table.rstrip("\n")

@@ -6,6 +6,7 @@ Every run here is a two-cell grid (ResNet-20 surrogate, I-FGSM and MI-FGSM at 8/
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -105,10 +106,14 @@ def test_sigterm_abandons_the_cell_says_how_to_resume(tiny):
     assert lines[-1].startswith("advtransfer: SIGTERM:") and "resume with: advtransfer grid" in lines[-1]
     assert not [p for p in run.rglob(".*") if p.is_file()]
     assert "run interrupted" in (run / "run.log").read_text()
+    # the manifest says the run did not finish (what the claims' records export checks)
+    assert json.loads((run / "manifest.json").read_text())["finished_at"] is None
     again = subprocess.run(_cmd(grid, run), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     df = pd.read_parquet(run / "results.parquet")
     assert len(df) == 2 * 2 and not df.duplicated(["cell_id", "victim"]).any()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["finished_at"] and sorted(manifest["finished_cells"]) == sorted(set(df["cell_id"]))
 
 
 # --- two runs on one folder ------------------------------------------------------------------------

@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"claims file (default: {DEFAULT_CLAIMS})")
     p.add_argument("--runs", default=DEFAULT_RUNS, metavar="DIR",
                    help=f"folder holding <size>/<grid name>/ run folders (default: {DEFAULT_RUNS})")
+    p.add_argument("--records", metavar="DIR",
+                   help="first copy the per-image records the claims use from every finished run under RUNS into "
+                        "DIR/<size>/<grid name>/ (small enough to commit: claims/records), then tabulate from DIR")
     p.add_argument("--out", metavar="DIR", help="folder for claims.parquet/.csv/.md and report/ (default: RUNS)")
     p.add_argument("--readme", metavar="FILE",
                    help="also replace the generated claims table in this Markdown file (between its marker lines)")
@@ -110,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--readme {str(readme)!r} does not exist; pass the Markdown file that holds the claims table")
         replace_generated(readme.read_text(), "", str(readme))  # markers present: checked before any writing
     runs, out = Path(args.runs), Path(args.out or args.runs)
+    if args.records:
+        from ..measures.claim_records import export_records
+
+        for e in export_records(spec, runs, args.records):
+            print(f"records: {args.records}/{e.size}/{e.grid}: {e.cells} cells, {e.rows} rows, {e.bytes / 1e6:.2f} MB")
+        runs = Path(args.records)
     df = claims_table(spec, runs, args.seed)
     md = format_claims(df, spec.sizes)
     out.mkdir(parents=True, exist_ok=True)

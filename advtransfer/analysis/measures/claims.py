@@ -271,7 +271,8 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
         for c in spec.claims:
             run = Path(runs) / size / grid_names[c.grid]
             if not (run / "results.parquet").is_file():
-                results.append({"note": f"not run: advtransfer grid {c.grid} --size {size} --out {run}"})
+                results.append({"note": f"not run: make claims-runs SIZE={size} runs "
+                                                f"advtransfer grid {c.grid} --size {size}"})
                 continue
             results.append(evaluate_claim(c, run, seed))
         ps = np.array([r.get("p", np.nan) for r in results], dtype=float)

@@ -48,6 +48,15 @@ class Samples:
 
     def get(self, cell_id: str, victim: str) -> pd.DataFrame:
         """Rows of one (cell, victim): columns index (int), clean_correct (bool), success (bool)."""
+        df = self.get_all(cell_id)
+        sub = df[df["victim"] == victim]
+        if sub.empty:
+            raise UserError(f"{self.root / 'samples' / (cell_id + '.parquet')} has no rows for victim {victim!r}; "
+                            "rerun `advtransfer grid` on this run folder")
+        return sub[["index", "clean_correct", "success"]]
+
+    def get_all(self, cell_id: str) -> pd.DataFrame:
+        """The cell's whole per-image table (every victim; at least :data:`SAMPLE_COLUMNS`)."""
         if cell_id not in self._cache:
             from ...store import RunStore
 
@@ -58,12 +67,7 @@ class Samples:
                 raise UserError(f"{path} lacks column(s) {', '.join(missing)} (a run from an older version); "
                                 "rerun `advtransfer grid` with the current version into a new folder")
             self._cache[cell_id] = df
-        df = self._cache[cell_id]
-        sub = df[df["victim"] == victim]
-        if sub.empty:
-            raise UserError(f"{self.root / 'samples' / (cell_id + '.parquet')} has no rows for victim {victim!r}; "
-                            "rerun `advtransfer grid` on this run folder")
-        return sub[["index", "clean_correct", "success"]]
+        return self._cache[cell_id]
 
 
 def paired_outcomes(sa: pd.DataFrame, sb: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,143 @@
+"""The claims' per-image records, kept with the project so that the claims table can be recomputed
+on any clone.
+
+A claims run (``RUNS/<size>/<grid name>/``, written by ``advtransfer grid``) holds adversarial
+examples and per-image tables of every cell: hundreds of megabytes, under the git-ignored
+``results/``, and hours of compute on 2 cores. The claims table needs far less: for each cell that
+a claim pairs, and each victim, which images the victim classified correctly and which the attack
+fooled. :func:`export_records` copies exactly that from finished runs into a records folder
+(``RECORDS/<size>/<grid name>/``, committed: ``claims/records/``) laid out as a run folder, so
+:func:`~advtransfer.analysis.measures.claims.claims_table` reads it unchanged:
+
+- ``results.parquet``: the run's rows (one per cell and victim) of the cells some claim pairs;
+- ``samples/<cell_id>.parquet``: per image ``cell_id``, ``victim``, ``index`` (position in the
+  test set), ``clean_correct``, ``success``, nothing else;
+- ``source.json``: where they came from (the run's git sha, versions, dates, and for each model its
+  weights' sha256, clean accuracy and provenance).
+
+Only a run whose last ``advtransfer grid`` finished every cell is exported (``finished_at`` in its
+manifest); an unfinished or absent run leaves the records of its size and grid as they were.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ...errors import UserError
+from ...utils import atomic_path, atomic_write_text
+from ..runs import read_results
+from .claims import ClaimsSpec, _rows, grid_name
+from .compare import Samples
+
+#: the columns a record keeps per image (``cell_id`` is constant in a file: parquet stores it once)
+RECORD_COLUMNS = ("cell_id", "victim", "index", "clean_correct", "success")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One exported (size, grid): cells and rows kept, and the records' size on disk in bytes."""
+
+    size: str
+    grid: str
+    cells: int
+    rows: int
+    bytes: int
+
+
+def run_finished(run: Path) -> str | None:
+    """None when ``run``'s last grid run finished every cell, else why not (one phrase)."""
+    path = run / "manifest.json"
+    if not (run / "results.parquet").is_file() or not path.is_file():
+        return "no results.parquet or manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "its manifest.json is unreadable"
+    if not manifest.get("finished_at"):
+        return "its last `advtransfer grid` did not finish (rerun it: finished cells are kept)"
+    return None
+
+
+def claim_cells(spec: ClaimsSpec, grid: str, df: pd.DataFrame) -> set[str]:
+    """Cell ids of the rows that some claim on ``grid`` pairs (either side) in one run's results."""
+    cells: set[str] = set()
+    for c in spec.claims:
+        if c.grid != grid:
+            continue
+        a, b, _ = _rows(df, c)
+        cells |= set(a["cell_id"]) | set(b["cell_id"])
+    return cells
+
+
+def _source(manifest: dict, run: Path) -> dict:
+    keep = ("arch", "sha256", "clean_acc", "train_s", "provenance", "recipe_hash", "method_version")
+    return {
+        "run": run.as_posix(), "grid_file": manifest.get("grid_file"), "git_sha": manifest.get("git_sha"),
+        "created_at": manifest.get("created_at"), "finished_at": manifest.get("finished_at"),
+        "versions": manifest.get("versions"), "device": manifest.get("device"),
+        "zoo": {m: {k: c.get(k) for k in keep if k in c} for m, c in sorted((manifest.get("zoo") or {}).items())},
+    }
+
+
+def export_run(spec: ClaimsSpec, grid: str, run: Path, dest: Path) -> tuple[int, int, int]:
+    """Write the records of one finished run into the empty folder ``dest``. Returns (cells, rows,
+    bytes on disk)."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    df = read_results(run)
+    finished = manifest.get("finished_cells")
+    if finished is not None:  # rows of cells this grid no longer has (an older run into the folder)
+        df = df[df["cell_id"].isin(set(finished))]
+    cells = claim_cells(spec, grid, df)
+    rows = df[df["cell_id"].isin(cells)].reset_index(drop=True)
+    samples = Samples(run)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "samples").mkdir(exist_ok=True)
+    for cid in sorted(cells):
+        s = samples.get_all(cid)
+        s = s[s["victim"].isin(set(rows.loc[rows["cell_id"] == cid, "victim"]))]
+        s = s[list(RECORD_COLUMNS)].sort_values(["victim", "index"], kind="stable").reset_index(drop=True)
+        s = s.astype({"index": "int32", "clean_correct": bool, "success": bool})
+        with atomic_path(dest / "samples" / f"{cid}.parquet") as tmp:
+            s.to_parquet(tmp, index=False, compression="zstd")
+    with atomic_path(dest / "results.parquet") as tmp:
+        rows.to_parquet(tmp, index=False, compression="zstd")
+    atomic_write_text(dest / "source.json", json.dumps(_source(manifest, run), indent=1, default=str) + "\n")
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    return len(cells), len(rows), size
+
+
+def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
+                   log: Callable[[str], None] = print) -> list[Exported]:
+    """For every size of ``spec`` and grid its claims read, export ``runs/<size>/<grid name>/`` into
+    ``records/<size>/<grid name>/`` when that run finished; say in one line what was skipped and why."""
+    runs, records = Path(runs), Path(records)
+    if runs.resolve() == records.resolve():
+        raise UserError(f"--records {records} is the runs folder itself; pass a separate folder (claims/records)")
+    done: list[Exported] = []
+    for size in spec.sizes:
+        for grid in spec.grid_names():
+            name = grid_name(grid)
+            run = runs / size / name
+            if not run.exists():
+                continue
+            why = run_finished(run)
+            if why is not None:
+                log(f"advtransfer claims: {run} not exported ({why}); records kept as they were")
+                continue
+            staging = records / size / f".{name}.new"
+            shutil.rmtree(staging, ignore_errors=True)
+            dest = records / size / name
+            cells, nrows, nbytes = export_run(spec, grid, run, staging)
+            if dest.exists():  # a kill here leaves only the staging folder: the next export redoes it
+                shutil.rmtree(dest)
+            staging.rename(dest)
+            done.append(Exported(size, name, cells, nrows, nbytes))
+    return done
+
+
+__all__ = ["RECORD_COLUMNS", "Exported", "claim_cells", "export_records", "export_run", "run_finished"]
