@@ -91,11 +91,12 @@ fingerprints: $(STAMP)
 CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
+CLAIMS_N    ?= 1000
 claims-runs: $(STAMP)
 	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids)" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
 	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
 	  if [ -n "$(GRIDS)" ]; then case " $(GRIDS) " in *" $$name "*) ;; *) continue ;; esac; fi; \
-	  $(BIN)/advtransfer grid $$grid --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
+	  $(BIN)/advtransfer grid $$grid --size $(SIZE) -n $(CLAIMS_N) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
 	    || failed="$$failed $$name"; \
 	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
 
