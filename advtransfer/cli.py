@@ -289,6 +289,20 @@ def cmd_attacks(args: argparse.Namespace) -> int:
     return 0
 
 
+#: test images the grids and claims evaluate on (0..999); a path search never scores on them
+EVAL_IMAGES = 1000
+
+
+def pas_images(n_train: int, used: int, n: int) -> tuple[str, int]:
+    """Where a path search scores its ``n`` images: (split, first index). Training images after the
+    ``used`` ones the surrogate's recipe trained on; if fewer than ``n`` are left (a converged
+    model trains on all of them), test images after the first :data:`EVAL_IMAGES`, which no
+    grid's default ``n`` reaches."""
+    if n_train - used >= n:
+        return "train", used
+    return "test", EVAL_IMAGES
+
+
 def cmd_pas(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -334,10 +348,17 @@ def cmd_pas(args: argparse.Namespace) -> int:
     model = zoo.load_model(args.model, size, args.cache_dir, device, member=0)
     vals = [zoo.load_model(v, size, args.cache_dir, device, member=0) for v in validators]
     used = int((card.get("recipe") or {}).get("train_subset") or len(data))
-    start = used if len(data) - used >= args.n else len(data) - args.n
+    split, start = pas_images(len(data), used, args.n)
+    if split == "test":
+        data = load_dataset(zoo.get_spec(args.model).dataset, "test", args.data_dir)
+        if start + args.n > len(data):
+            raise UserError(f"--n {args.n}: the surrogate trained on every training image and the test set has only "
+                            f"{len(data) - start} images after the {start} that grids evaluate on; pass a smaller --n")
     x, y = data.tensors(list(range(start, start + args.n)))[:2]
-    print(f"path search for {args.model} on training images {start}..{start + args.n - 1} "
-          f"(not in its recipe's subset), scored on {', '.join(validators)}; {args.budget} candidates by {args.search} search")
+    where = ("not in its recipe's subset" if split == "train" else
+             f"the surrogate trained on every training image; these follow the {start} test images grids evaluate on")
+    print(f"path search for {args.model} on {split} images {start}..{start + args.n - 1} "
+          f"({where}), scored on {', '.join(validators)}; {args.budget} candidates by {args.search} search")
     res = search_path(model, vals, x.to(device), y.to(device), eps, args.budget, args.seed, log=print,
                       method=args.search)
     best = res["best"]

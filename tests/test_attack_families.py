@@ -211,6 +211,14 @@ def test_pas_search_command(capsys, trained):
         create_attack("pas", gammas=[0.5, 0.5])
 
 
+def test_pas_scores_on_images_no_model_trained_on_and_no_grid_evaluates():
+    from advtransfer.cli import EVAL_IMAGES, pas_images
+
+    assert pas_images(50_000, 10_000, 500) == ("train", 10_000)  # after the cpu recipe's subset
+    assert pas_images(50_000, 49_600, 500) == ("test", EVAL_IMAGES)  # fewer than 500 left: held-out test images
+    assert pas_images(50_000, 50_000, 500) == ("test", 1000)  # a converged model used all 50,000
+
+
 def test_pas_bayesian_search_finds_a_smooth_optimum(monkeypatch):
     """The path score replaced by a known smooth function of (γ, δ) peaking at γ = 0.4, δ = 0.75 in
     every stage: Gaussian-process Bayesian optimisation must reach the top of the 3,375-path space

@@ -88,6 +88,29 @@ def test_with_overrides_selects_attacks_and_keeps_cell_ids(tmp_path):
     assert {c.cell_id for c in expand_cells(spec.with_overrides(workers=2, executor="local"), shas)} == set(ids.values())
 
 
+def test_per_size_attack_parameters_apply_at_that_size_only(tmp_path):
+    """A PAS path searched on the converged zoo is used there; the cpu zoo keeps the grid's path."""
+    grid = {"name": "s", "n": 20, "size": "cpu", "eps": ["8/255"], "defaults": {"steps": 3},
+            "attacks": {"pas_r20": {"attack": "pas", "gammas": [0.8, 1.0, 1.0], "deltas": [0.75, 1.0, 1.0],
+                                    "sizes": {"converged": {"gammas": [0.5, 0.5, 1.0]}}}},
+            "surrogates": ["resnet20_a"], "victims": ["resnet20_b"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    spec = load_grid(str(tmp_path / "g.yaml"))
+    conv = spec.with_overrides(size="converged")
+    shas = {m: "sha-" + m for m in spec.model_names()}  # the same weights: only the parameters differ
+    [cpu_cell], [conv_cell] = expand_cells(spec, shas), expand_cells(conv, shas)
+    assert cpu_cell.config["attack_params"]["gammas"] == [0.8, 1.0, 1.0]
+    assert conv_cell.config["attack_params"]["gammas"] == [0.5, 0.5, 1.0]
+    assert conv_cell.config["attack_params"]["deltas"] == [0.75, 1.0, 1.0]  # not replaced: kept
+    assert "sizes" not in conv_cell.config["attack_params"] and conv_cell.cell_id != cpu_cell.cell_id
+    for sizes, message in [({"huge": {"steps": 2}}, "names 'huge', not a zoo size"),
+                           ({"converged": {"targeted": True}}, "may not set targeted"),
+                           ({"converged": 3}, "sizes must map a zoo size to parameters")]:
+        bad = replace(spec, attacks=[AttackEntry("m", "mifgsm", {"steps": 2, "sizes": sizes})])
+        with pytest.raises(UserError, match=re.escape(message)):
+            bad.validate()
+
+
 def test_reference_is_a_field_and_the_manifest_carries_it(tmp_path):
     from advtransfer.store import RunStore
 

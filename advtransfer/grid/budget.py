@@ -25,7 +25,7 @@ def resolve_attack(entry: AttackEntry, spec: GridSpec, eps: float, seed: int, n_
 
     if entry.match != "none":  # a matched baseline: its parameters were resolved for this cell
         return create_attack(entry.attack, eps=eps, seed=seed, **entry.params)
-    params = dict(entry.params)
+    params = spec.attack_params(entry)  # its sizes.<size> values applied
     params.setdefault("norm", spec.norm)
     if not getattr(ATTACKS.get(entry.attack), "conditional", False):  # multi-target generators are targeted
         params.setdefault("targeted", spec.targeted)

@@ -22,6 +22,8 @@ BUDGETS = ("steps", "grad_evals")
 NORMS = ("linf", "l2")
 #: attack parameters that name a zoo model the attack uses (not a surrogate, not a victim)
 AUX_MODEL_KEYS = ("clip",)
+#: attack parameters a per-size override (``sizes:``) may not change: what the grid reads before sizes apply
+SIZE_FIXED_PARAMS = ("attack", "sizes", "targeted", "target", "grad_evals", *AUX_MODEL_KEYS)
 #: attack parameters the grid sets for every cell: giving them per attack would be ambiguous
 GRID_LEVEL_PARAMS = {"eps": "eps: [8/255] (a list of radii, one cell each)",
                      "seed": "seeds: [0, 1] (one cell per seed)"}
@@ -173,6 +175,7 @@ class GridSpec:
             for key, where in GRID_LEVEL_PARAMS.items():
                 self._need(key not in a.params, f"attack {a.label!r}: {key} is set for the whole grid, not per "
                                                 f"attack; give it at top level as {where}")
+            self._check_size_params(a)
             g = a.params.get("grad_evals")
             self._need(g is None or (_is_int(g) and g >= 1),
                        f"attack {a.label!r}: grad_evals must be a whole number of gradient evaluations >= 1, got {g!r}")
@@ -182,6 +185,29 @@ class GridSpec:
         self._need(isinstance(matched, (list, tuple)) and all(isinstance(m, str) and m in MATCH_KINDS for m in matched),
                    f"matched must be a list of {', '.join(MATCH_KINDS)} (baselines matched in step size and steps, "
                    f"or in step size and gradient evaluations), got {matched!r}")
+
+    def _check_size_params(self, a: AttackEntry) -> None:
+        """``sizes: {converged: {gammas: [...]}}`` in an attack's parameters: values that replace the
+        attack's for one zoo size (a path searched on that size's surrogate)."""
+        from ..config import SIZES
+
+        by_size = a.params.get("sizes")
+        if by_size is None:
+            return
+        self._need(isinstance(by_size, dict) and by_size and all(isinstance(v, dict) for v in by_size.values()),
+                   f"attack {a.label!r}: sizes must map a zoo size to parameters, like "
+                   f"{{converged: {{steps: 20}}}}; got {by_size!r}")
+        for size, over in by_size.items():
+            self._need(size in SIZES, f"attack {a.label!r}: sizes names {size!r}, not a zoo size ({', '.join(SIZES)})")
+            fixed = sorted(k for k in over if k in SIZE_FIXED_PARAMS or k in GRID_LEVEL_PARAMS)
+            self._need(not fixed, f"attack {a.label!r}: sizes.{size} may not set {', '.join(fixed)} (the same "
+                                  "for every zoo size); give it with the attack's other parameters")
+
+    def attack_params(self, a: AttackEntry) -> dict:
+        """``a``'s parameters at this grid's zoo size: its ``sizes.<size>`` values applied, ``sizes`` gone."""
+        params = dict(a.params)
+        over = (params.pop("sizes", None) or {}).get(self.size) or {}
+        return {**params, **over}
 
     def _check_surrogates(self) -> None:
         from ..models.collections import check_options
