@@ -93,7 +93,7 @@ CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
 CLAIMS_N    ?= 1000
 claims-runs: $(STAMP)
-	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids)" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
+	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids --size $(SIZE))" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
 	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
 	  if [ -n "$(GRIDS)" ]; then case " $(GRIDS) " in *" $$name "*) ;; *) continue ;; esac; fi; \
 	  $(BIN)/advtransfer grid $$grid --size $(SIZE) -n $(CLAIMS_N) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \

@@ -4,6 +4,7 @@ The run folders are the synthetic ones of test_compare (attack 'cwa' against its
 baseline on two victims, known paired counts), written under RUNS/<size>/<grid name>/."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,14 @@ victims: [resnet20_b]
 """
 
 
-def _spec(tmp_path: Path, sizes: str = "[converged, cpu]", **claim) -> Path:
+def _spec(tmp_path: Path, sizes: str = "[converged, cpu]", claim_sizes: dict | None = None, **claim) -> Path:
+    """A claims file of one claim (the file's ``sizes``; the claim's own ``sizes:`` is ``claim_sizes``)."""
     (tmp_path / "grid.yaml").write_text(GRID)
     c = {"id": "cwa", "claim": "CWA beats the logit ensemble at equal gradient evaluations",
          "paper": "Chen et al. 2024", "setting": "CIFAR-10, 8/255", "grid": str(tmp_path / "grid.yaml"),
          "by": "attack", "a": "cwa", "b": "matched:evals", "eps": "8/255", **claim}
+    if claim_sizes is not None:
+        c["sizes"] = claim_sizes
     body = "\n".join(f"    {k}: {v}" for k, v in c.items())
     path = tmp_path / "claims.yaml"
     path.write_text(f"name: test\nsizes: {sizes}\nclaims:\n  -\n{body}\n")
@@ -278,3 +282,32 @@ def test_the_readme_table_is_the_committed_records_table():
     text = (root / "README.md").read_text()
     generated = text.split(README_BEGIN + "\n", 1)[1].split(README_END, 1)[0]
     assert generated.rstrip("\n") == table.rstrip("\n")
+
+
+def test_a_claim_may_differ_per_size(tmp_path, capsys):
+    """A size that trains differently names its own grid (and models) for the same claim."""
+    from advtransfer.cli import main
+
+    (tmp_path / "grid2.yaml").write_text(GRID.replace("name: synthetic", "name: synthetic2"))
+    runs = tmp_path / "runs"
+    make_run(runs / "converged" / "synthetic", replicates=2)
+    make_run(runs / "cpu" / "synthetic2", replicates=1)
+    path = _spec(tmp_path, claim_sizes={"cpu": {"grid": str(tmp_path / "grid2.yaml")}})
+    spec = load_claims(path)
+    assert spec.grid_names("cpu") == [str(tmp_path / "grid2.yaml")] and len(spec.grid_names()) == 2
+    r = claims_table(spec, runs).iloc[0]
+    assert r["converged_n_replicates"] == 2 and r["cpu_n_replicates"] == 1
+    assert main(["claims", str(path), "--list-grids", "--size", "cpu"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "grid2.yaml"), "synthetic2"]
+    for sizes, message in [({"full": {"a": "x"}}, "not one of the file's sizes"),
+                           ({"cpu": {"eps": "4/255"}}, "may only set grid, a, b"),
+                           ({"cpu": "grid2"}, "sizes must map a zoo size")]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_claims(_spec(tmp_path, claim_sizes=sizes))
+    assert main(["claims", str(path), "--list-grids", "--size", "full"]) == 2
+    # a size where the claim is not measured says why, and its grid is not listed for that size
+    skip = load_claims(_spec(tmp_path, claim_sizes={"cpu": {"skip": "too costly on 2 cores"}}))
+    assert skip.grid_names("cpu") == []
+    r = claims_table(skip, runs).iloc[0]
+    assert r["cpu_note"] == "not measured: too costly on 2 cores" and r["cpu_verdict"] == ""
+    assert "not measured: too costly on 2 cores" in format_claims(claims_table(skip, runs), skip.sizes)

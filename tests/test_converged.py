@@ -111,6 +111,16 @@ def test_schedule_translation_and_lookahead_follow_airbench():
     assert torch.allclose(net.weight, before + 0.25)
 
 
+def test_the_converged_standard_arm_is_the_shipped_resnet_recipe():
+    """The training claims' standard arm (resnet20_std) trains as the shipped resnet20_a does, so
+    its verdicts are about the zoo's own ResNet-20 recipe; only the seed and the kept epoch differ."""
+    a = _spec("resnet20_a").resolved_recipe("converged")
+    std = _spec("resnet20_std").resolved_recipe("converged")
+    assert {k: v for k, v in std.items() if k not in ("seed", "keep_epochs")} == {k: v for k, v in a.items() if k != "seed"}
+    assert std["keep_epochs"] == [std["epochs"] // 2]
+    assert _spec("resnet20_lgv").resolved_recipe("converged")["init_from"] == "resnet20_std"
+
+
 @pytest.mark.slow
 def test_fast_method_learns_and_is_deterministic(test_data):
     from advtransfer.data import load_cifar10
@@ -123,9 +133,14 @@ def test_fast_method_learns_and_is_deterministic(test_data):
     tiny = _small_fast_recipe(train_subset=1024, epochs=2, batch_size=128)
     a, b = _small_airbench(), _small_airbench()
     whiten0 = a.net.whiten.weight.detach().clone()
-    for net in (a, b):
-        train_from_recipe(net, tiny, train, progress=False)
+    train_from_recipe(a, tiny, train, progress=False)
+    # b also keeps the epoch-1 weights (an early-stopped surrogate): the final weights do not change
+    out = train_from_recipe(b, dict(tiny, keep_epochs=[1]), train, progress=False)
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    early = out.checkpoints["epoch1"]
+    assert set(early) == set(b.state_dict()) and not torch.equal(early["net.fc.weight"], b.net.fc.weight)
+    with pytest.raises(UserError, match=r"keep_epochs \[3\] outside 1..2"):
+        train_from_recipe(_small_airbench(), dict(tiny, keep_epochs=[3]), train, progress=False)
     # the whitening filters come from data and stay frozen; BatchNorm scales stay 1 (only shifts train)
     assert not torch.equal(a.net.whiten.weight, whiten0)
     bn = [m for m in a.modules() if isinstance(m, torch.nn.BatchNorm2d)]

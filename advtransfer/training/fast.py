@@ -24,7 +24,10 @@ from the recipe so that one net can be ablated:
   flip per image each epoch: ``flip: random``), and a random translation of up to ``translate``
   (2) pixels with reflection padding, drawn per image each epoch;
 - a large batch (``batch_size``, 1024), the last partial batch dropped; ``epochs`` may be
-  fractional (the authors' 9.9): training stops after ⌈steps per epoch × epochs⌉ steps.
+  fractional (the authors' 9.9): training stops after ⌈steps per epoch × epochs⌉ steps;
+- ``keep_epochs: [k]`` (not airbench's) also keeps, as entry ``<name>@epoch<k>``, the weights
+  training would end with if it stopped after epoch k (lookahead's average): an early-stopped
+  surrogate from the same run, which leaves the final weights unchanged.
 
 Not taken from airbench: half precision (a CPU trains in fp32), test-time augmentation (a victim
 that averages over flips and shifts is a defence and would have to be declared one), and the
@@ -121,6 +124,11 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     if steps_per_epoch < 1 or epochs <= 0:
         raise UserError(f"method fast: {len(idx)} images make no full batch of {bs} (or epochs <= 0)")
     total = math.ceil(steps_per_epoch * epochs)
+    keep = {int(e) for e in recipe.get("keep_epochs", [])}
+    bad = sorted(e for e in keep if not 1 <= e <= math.floor(epochs))
+    if bad:
+        raise UserError(f"keep_epochs {bad} outside 1..{math.floor(epochs)} (the recipe's whole epochs)")
+    checkpoints: dict[str, dict[str, torch.Tensor]] = {}
 
     inner = getattr(net, "net", net)
     whiten = hasattr(inner, "init_whitening") and bool(recipe.get("whiten", True))
@@ -179,6 +187,8 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
             if step >= total:
                 break
+        if epoch + 1 in keep:  # the weights stopping here would give: lookahead's average, not the fast weights
+            checkpoints[f"epoch{epoch + 1}"] = _stopped_state(net, ahead)
         if step >= total:
             break
     if ahead is not None:
@@ -187,4 +197,15 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     net.eval()
     state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     return TrainOutput({"": state}, {"steps": step, "final_train_loss": loss_ema,
-                                     "surrogate_params": {"epochs": epochs}})
+                                     "surrogate_params": {"epochs": epochs}}, checkpoints=checkpoints)
+
+
+def _stopped_state(net: nn.Module, ahead: "_Lookahead | None") -> dict[str, torch.Tensor]:
+    """A CPU copy of the state training would end with if it stopped now (``ahead.update(net, 1.0)``
+    copies the average into the weights), leaving ``net`` and the average untouched."""
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    if ahead is not None:
+        for k, avg in ahead.avg.items():
+            if avg.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                state[k] = avg.detach().cpu().clone()
+    return state

@@ -37,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also replace the generated claims table in this Markdown file (between its marker lines)")
     p.add_argument("--list-grids", action="store_true",
                    help="print each grid the claims need as 'GRID NAME' lines (what make claims-runs runs) and stop")
+    p.add_argument("--size", help="with --list-grids: only the grids measured at this zoo size")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals (default 0)")
 
 
@@ -103,9 +104,11 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     spec = load_claims(args.claims)
     names = {g: grid_name(g) for g in spec.grid_names()}  # every grid must exist before anything is written
+    if args.size is not None and args.size not in spec.sizes:
+        raise UserError(f"--size {args.size!r} is not one of the claims file's sizes ({', '.join(spec.sizes)})")
     if args.list_grids:
-        for g, n in names.items():
-            print(f"{g} {n}")
+        for g in spec.grid_names(args.size):
+            print(f"{g} {names[g]}")
         return 0
     readme = Path(args.readme) if args.readme else None
     if readme is not None:

@@ -63,11 +63,12 @@ def run_finished(run: Path) -> str | None:
     return None
 
 
-def claim_cells(spec: ClaimsSpec, grid: str, df: pd.DataFrame) -> set[str]:
-    """Cell ids of the rows that some claim on ``grid`` pairs (either side) in one run's results."""
+def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame) -> set[str]:
+    """Cell ids of the rows that some claim on ``grid`` at zoo ``size`` pairs (either side) in one
+    run's results."""
     cells: set[str] = set()
-    for c in spec.claims:
-        if c.grid != grid:
+    for c in (c.at(size) for c in spec.claims):
+        if c.grid != grid or c.skip:
             continue
         a, b, _ = _rows(df, c)
         cells |= set(a["cell_id"]) | set(b["cell_id"])
@@ -84,7 +85,7 @@ def _source(manifest: dict, run: Path) -> dict:
     }
 
 
-def export_run(spec: ClaimsSpec, grid: str, run: Path, dest: Path) -> tuple[int, int, int]:
+def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path) -> tuple[int, int, int]:
     """Write the records of one finished run into the empty folder ``dest``. Returns (cells, rows,
     bytes on disk)."""
     manifest = json.loads((run / "manifest.json").read_text())
@@ -92,7 +93,7 @@ def export_run(spec: ClaimsSpec, grid: str, run: Path, dest: Path) -> tuple[int,
     finished = manifest.get("finished_cells")
     if finished is not None:  # rows of cells this grid no longer has (an older run into the folder)
         df = df[df["cell_id"].isin(set(finished))]
-    cells = claim_cells(spec, grid, df)
+    cells = claim_cells(spec, size, grid, df)
     rows = df[df["cell_id"].isin(cells)].reset_index(drop=True)
     samples = Samples(run)
     dest.mkdir(parents=True, exist_ok=True)
@@ -120,7 +121,7 @@ def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
         raise UserError(f"--records {records} is the runs folder itself; pass a separate folder (claims/records)")
     done: list[Exported] = []
     for size in spec.sizes:
-        for grid in spec.grid_names():
+        for grid in spec.grid_names(size):
             name = grid_name(grid)
             run = runs / size / name
             if not run.exists():
@@ -132,7 +133,7 @@ def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
             staging = records / size / f".{name}.new"
             shutil.rmtree(staging, ignore_errors=True)
             dest = records / size / name
-            cells, nrows, nbytes = export_run(spec, grid, run, staging)
+            cells, nrows, nbytes = export_run(spec, size, grid, run, staging)
             if dest.exists():  # a kill here leaves only the staging folder: the next export redoes it
                 shutil.rmtree(dest)
             staging.rename(dest)

@@ -12,6 +12,11 @@ one paired comparison in that run:
   difference is ASR on ``b`` − ASR on ``a``), under one attack label (or every attack of the run);
   victim replicates ``a@rk`` and ``b@rk`` are paired.
 
+A claim's ``sizes: {<size>: {...}}`` replaces its ``grid``, ``a``, ``b``, ``attack``, ``surrogates``
+or ``victims`` at one zoo size (a size that trains differently has its own grid, or keeps a
+checkpoint at another epoch); ``skip: <why>`` there leaves the claim unmeasured at that size and
+the table says why.
+
 For one zoo size the claim's run is ``RUNS/<size>/<grid name>/`` (``advtransfer grid GRID --size
 SIZE --out ...``). Pairs are (victim, replicate, image) triples whose image the victim classifies
 correctly in both rows, over the held-out victims (not among the surrogate's models) at the
@@ -52,7 +57,10 @@ from .compare import Samples, paired_outcomes
 ALPHA = 0.05
 BY = ("attack", "surrogate", "victim")
 _KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "surrogates", "victims",
-         "paper_number", "min_gain", "id")
+         "paper_number", "min_gain", "id", "sizes")
+#: what a claim's ``sizes: {<size>: {...}}`` may replace at one zoo size (the grid and the models
+#: differ where a size trains differently: a converged grid, a checkpoint at another epoch)
+SIZE_KEYS = ("grid", "a", "b", "attack", "surrogates", "victims", "skip")
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,13 @@ class Claim:
     victims: tuple[str, ...] | None = None
     paper_number: str | None = None
     min_gain: float = 0.01
+    sizes: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    skip: str | None = None  # why the claim is not measured at a size (``sizes.<size>.skip``)
+
+    def at(self, size: str) -> "Claim":
+        """The claim as measured at zoo ``size``: its ``sizes.<size>`` values applied."""
+        over = dict(dict(self.sizes).get(size, ()))
+        return replace(self, **over, sizes=()) if over else self
 
 
 @dataclass(frozen=True)
@@ -84,9 +99,10 @@ class ClaimsSpec:
     sizes: tuple[str, ...]
     claims: tuple[Claim, ...] = field(default_factory=tuple)
 
-    def grid_names(self) -> list[str]:
-        """The grids whose runs the table reads, in first-use order."""
-        return list(dict.fromkeys(c.grid for c in self.claims))
+    def grid_names(self, size: str | None = None) -> list[str]:
+        """The grids whose runs the table reads (at one zoo ``size``, or at any), in first-use order."""
+        sizes = [size] if size else list(self.sizes)
+        return list(dict.fromkeys(c.at(s).grid for c in self.claims for s in sizes if not c.at(s).skip))
 
 
 def load_claims(path: str | Path) -> ClaimsSpec:
@@ -137,11 +153,24 @@ def load_claims(path: str | Path) -> ClaimsSpec:
         if not isinstance(gain, (int, float)) or not 0 <= gain < 1:
             raise UserError(f"{where}: min_gain is a rate in [0, 1), e.g. 0.01 for one point; got {gain!r}")
         tup = lambda v: None if v is None else tuple(str(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
+        by_size = e.get("sizes") or {}
+        if not isinstance(by_size, dict) or not all(isinstance(v, dict) for v in by_size.values()):
+            raise UserError(f"{where}: sizes must map a zoo size to the keys that differ there, like "
+                            "{converged: {grid: surrogate-training-converged}}")
+        sized = []
+        for size, over in by_size.items():
+            if size not in sizes:
+                raise UserError(f"{where}: sizes names {size!r}, not one of the file's sizes ({', '.join(sizes)})")
+            bad = sorted(set(over) - set(SIZE_KEYS))
+            if bad:
+                raise UserError(f"{where}: sizes.{size} may only set {', '.join(SIZE_KEYS)}, not {', '.join(bad)}")
+            over = {k: (tup(v) if k in ("surrogates", "victims") else str(v)) for k, v in over.items()}
+            sized.append((str(size), tuple(over.items())))
         claims.append(Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
                             grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
                             eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
                             victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
-                            min_gain=float(gain)))
+                            min_gain=float(gain), sizes=tuple(sized)))
     return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims))
 
 
@@ -268,7 +297,10 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
                                    "paper_number": c.paper_number or "", "eps": c.eps_str} for c in spec.claims]
     for size in spec.sizes:
         results: list[dict[str, Any]] = []
-        for c in spec.claims:
+        for c in (c.at(size) for c in spec.claims):
+            if c.skip:
+                results.append({"note": f"not measured: {c.skip}"})
+                continue
             run = Path(runs) / size / grid_names[c.grid]
             if not (run / "results.parquet").is_file():
                 results.append({"note": f"not run: make claims-runs SIZE={size} runs "
@@ -279,7 +311,7 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
         for r, p in zip(results, holm(ps)):
             if "p" in r:
                 r["p_holm"] = float(p)
-        for row, c, r in zip(rows, spec.claims, results):
+        for row, c, r in zip(rows, spec.claims, results):  # min_gain is the same at every size
             for k, v in r.items():
                 row[f"{size}_{k}"] = v
             row[f"{size}_verdict"] = claim_verdict(r, c.min_gain)
