@@ -31,7 +31,7 @@ import pandas as pd
 from ...errors import UserError
 from ...utils import atomic_path, atomic_write_text
 from ..runs import read_results
-from .claims import ClaimsSpec, _rows, grid_name
+from .claims import ClaimsSpec, claim_rows, grid_name
 from .compare import Samples
 
 #: the columns a record keeps per image (``cell_id`` is constant in a file: parquet stores it once)
@@ -70,7 +70,7 @@ def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame) -> set
     for c in (c.at(size) for c in spec.claims):
         if c.grid != grid or c.skip:
             continue
-        a, b, _ = _rows(df, c)
+        a, b, _ = claim_rows(df, c)
         cells |= set(a["cell_id"]) | set(b["cell_id"])
     return cells
 

@@ -183,7 +183,7 @@ def _victim_base(name: str) -> tuple[str, int]:
     return base, int(rep) if rep.isdigit() else 0
 
 
-def _rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+def claim_rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The A rows and the B rows of ``claim`` in one run's results (held-out victims only) and the
     columns that pair them."""
     df = _at_eps(df, claim.eps)
@@ -201,7 +201,7 @@ def _rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, l
             df = df[df["surrogate_base"].isin(claim.surrogates)]
         keys = ["victim", "replicate", "seed", "surrogate_base"]
         if claim.a.startswith("matched:"):  # "the baseline beats b": the same pairs, sides swapped
-            b, a, _ = _rows(df, replace(claim, a=claim.b, b=claim.a, victims=None, surrogates=None))
+            b, a, _ = claim_rows(df, replace(claim, a=claim.b, b=claim.a, victims=None, surrogates=None))
             return a, b, keys
         a = df[(df["attack_label"] == claim.a) & (df["baseline_for"] == "")]
         if claim.b.startswith("matched:"):
@@ -220,7 +220,7 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
     """The pooled paired comparison of ``claim`` in one run folder (rates in [0, 1]); raises a
     one-line :class:`UserError` when the run lacks the rows the claim needs."""
     df = read_results(run_dir)
-    a, b, keys = _rows(df, claim)
+    a, b, keys = claim_rows(df, claim)
     what = f"claim {claim.id!r}: {run_dir}"
     if a.empty or b.empty:
         side = claim.a if a.empty else claim.b
