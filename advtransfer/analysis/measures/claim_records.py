@@ -108,8 +108,8 @@ def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path) ->
     with atomic_path(dest / "results.parquet") as tmp:
         rows.to_parquet(tmp, index=False, compression="zstd")
     atomic_write_text(dest / "source.json", json.dumps(_source(manifest, run), indent=1, default=str) + "\n")
-    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
-    return len(cells), len(rows), size
+    nbytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    return len(cells), len(rows), nbytes
 
 
 def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
