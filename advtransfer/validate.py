@@ -6,7 +6,9 @@ adds what needs the machine or the data: the device exists and is available and 
 spec's precision, the executor's profile and package are there, the run folder can be written,
 the data splits are readable with the right shapes, dtypes and labels, ``n``/``start`` lie within
 the split, every cell's attack resolves with its parameters (names and types), target classes lie
-within the label set, and trained checkpoints are intact. :func:`advtransfer.runner.run_grid` and
+within the label set, a backward-path attack (SGM, LinBP) finds a site to change in each
+harness-trained surrogate it runs on (checked on freshly built networks), and trained
+checkpoints are intact. :func:`advtransfer.runner.run_grid` and
 :func:`advtransfer.runner.plan_grid` run it themselves, so the Python API is as safe as the CLI.
 """
 from __future__ import annotations
@@ -85,6 +87,36 @@ def check_split(ds, n: int, start: int, source: str) -> None:
                         f"lower n (at most {max(0, len(y) - start)} from start {start})")
 
 
+def check_surgery_sites(spec: "GridSpec", cell, attack, image_shape: tuple[int, ...], specs: dict) -> None:
+    """A UserError when ``attack``'s backward-path surgery (``attack.surgery(shape)``) would change
+    no site in any of ``cell``'s surrogates at the grid's zoo size: the crafting would fail after
+    the cells before it had run (an SGM with nothing to decay would be plain MI-FGSM). Checked on
+    freshly initialised networks of harness-trained entries (architecture only, no weights);
+    ``image_shape`` is the data's H×W×C."""
+    from .attacks.surgery import surgery_targets
+    from .grid import describe
+    from .models import zoo
+
+    counts = []
+    for m in cell.surrogate.models:
+        src = zoo.declared(zoo.get_spec(m, specs))
+        if src.kind not in ("trained", "collection"):
+            return  # a pretrained or defended network is built from its own code: checked when crafted
+        net = src.network(spec.size)
+        surgery = attack.surgery((image_shape[-1], *image_shape[:-1]))
+        for target in surgery_targets([net]):
+            n, undo = surgery.attach(target)
+            counts.append(n)
+            for u in reversed(undo):
+                u()
+    if not any(counts):
+        models = ", ".join(f"{m} ({zoo.declared(zoo.get_spec(m, specs)).arch_name(spec.size)})"
+                           for m in cell.surrogate.models)
+        raise UserError(f"{spec.source or spec.name}: {describe(cell)}: {cell.attack.attack} finds no site to change in "
+                        f"{models} at size {spec.size} (sgm needs residual blocks, linbp nn.ReLU modules); "
+                        f"leave it out of that surrogate's attacks (at one size: sizes: {{{spec.size}: {{attacks: [...]}}}})")
+
+
 def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_dir: str | os.PathLike | None = None,
               cache: str | os.PathLike | None = None, profile: str | None = None) -> None:
     """Every check a grid run makes before it trains a model or writes a file (see the module
@@ -113,6 +145,8 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
                             f"set 0..{len(ds.classes) - 1}")
         if attack.extra.get("n_craft") is not None:
             crafts.append((cell.attack.label, int(attack.extra["n_craft"])))
+        if callable(getattr(attack, "surgery", None)):
+            check_surgery_sites(spec, cell, attack, tuple(ds.x.shape[1:]), specs)
     needs_training = False
     for m in spec.model_names():
         src = zoo.declared(zoo.get_spec(m, specs))

@@ -111,6 +111,36 @@ def test_per_size_attack_parameters_apply_at_that_size_only(tmp_path):
             bad.validate()
 
 
+def test_a_surrogates_attack_list_can_differ_per_size(tmp_path):
+    """The converged vgg_a (airbench) has GELUs where the cpu VGG has ReLUs: its row drops LinBP at
+    that size only; at cpu its cells are those of the row without `sizes` (the list enters no cell id)."""
+    grid = {"name": "s", "n": 20, "size": "cpu", "eps": ["8/255"], "defaults": {"steps": 3},
+            "attacks": {"linbp": {}, "ila": {}},
+            "surrogates": [{"models": ["vgg_a"], "name": "vgg_a", "attacks": ["linbp", "ila"],
+                            "sizes": {"converged": {"attacks": ["ila"]}}}],
+            "victims": ["resnet20_b"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    spec = load_grid(str(tmp_path / "g.yaml"))
+    shas = {m: "sha-" + m for m in spec.model_names()}
+    cpu = {c.attack.label: c.cell_id for c in expand_cells(spec, shas)}
+    conv = {c.attack.label: c.cell_id for c in expand_cells(spec.with_overrides(size="converged"), shas)}
+    assert set(cpu) == {"linbp", "ila"} and set(conv) == {"ila"}
+    assert not spec.surrogates[0].options  # `sizes` is not a collection option
+    plain = dict(grid, surrogates=[{k: v for k, v in grid["surrogates"][0].items() if k != "sizes"}])
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(plain))
+    assert {c.attack.label: c.cell_id for c in expand_cells(load_grid(str(tmp_path / "plain.yaml")), shas)} == cpu
+    ci = {c.attack.label for c in expand_cells(spec.with_overrides(size="ci"), shas)}
+    assert ci == {"linbp", "ila"}  # a size the entry does not name keeps its `attacks`
+    for sizes, message in [({"huge": {"attacks": ["ila"]}}, "names 'huge', not a zoo size"),
+                           ({"converged": {"steps": 2}}, "sizes must map a zoo size to {attacks: [...]}"),
+                           ({"converged": {"attacks": []}}, "sizes.converged.attacks must be a non-empty list"),
+                           ({"converged": {"attacks": ["nosuchattack"]}}, "nosuchattack")]:
+        bad = dict(grid, surrogates=[dict(grid["surrogates"][0], sizes=sizes)])
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_grid(str(tmp_path / "bad.yaml"))
+
+
 def test_reference_is_a_field_and_the_manifest_carries_it(tmp_path):
     from advtransfer.store import RunStore
 
@@ -139,12 +169,18 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
     for spec, message in [(_spec(n=20000), "outside the 10000 test images"),
                           (_spec(precision="fp16"), "fp16 needs a CUDA device"),
                           (_spec(attacks=[AttackEntry("mifgsm", "mifgsm", {"stepz": 2})]), "did you mean 'steps'"),
-                          (_spec(size="huge"), "size must be one of")]:
+                          (_spec(size="huge"), "size must be one of"),
+                          # a VGG has no residual block for SGM to decay: refused before any cell runs
+                          (_spec(attacks=[AttackEntry("sgm", "sgm", {"steps": 2})], surrogates=[SurrogateEntry(("vgg_a",))]),
+                           "sgm finds no site to change in vgg_a (vgg) at size ci")]:
         with pytest.raises(UserError, match=re.escape(message)):
             runner.run_grid(spec, out, device="cpu", progress=False, log=lambda *_: None)
         with pytest.raises(UserError, match=re.escape(message)):
             runner.plan_grid(spec, out)
         assert not out.exists()
+    runner.plan_grid(_spec(attacks=[AttackEntry("sgm", "sgm", {"steps": 2}), AttackEntry("linbp", "linbp", {"steps": 2})],
+                           surrogates=[SurrogateEntry(("resnet20_a",)), SurrogateEntry(("resnet20_a", "vgg_a"))]), out)
+    assert not out.exists()  # the check passes where a surrogate has a site (one member of an ensemble suffices)
     with pytest.raises(UserError, match="--executor must be one of"):
         runner.run_grid(_spec(), out, executor="ray", progress=False, log=lambda *_: None)
     with pytest.raises(UserError, match="read by the submitit executor only"):

@@ -55,8 +55,9 @@ class SGM(IterativeAttack):
             raise UserError(f"attack 'sgm': form must be one of {', '.join(FORMS)}, got {extra['form']!r}")
         return extra
 
-    def surgery(self):
-        """The backward-path change this attack applies (by ``form``)."""
+    def surgery(self, shape: tuple[int, ...] | None = None):
+        """The backward-path change this attack applies (by ``form``); ``shape`` (C×H×W of the
+        inputs) is unused: SGM's sites do not depend on it."""
         g = float(self.extra["gamma"])
         return SkipGradientAtReLUs(g) if self.extra["form"] == "authors" else SkipGradient(g)
 

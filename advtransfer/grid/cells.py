@@ -74,7 +74,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
         cells[cid] = Cell(cid, s, a, eps, seed, config)
 
     for s in spec.surrogates:
-        for a in (a for a in spec.attacks if s.runs(a)):
+        for a in (a for a in spec.attacks if s.runs(a, spec.size)):
             for eps in spec.eps:
                 for seed in spec.seeds:
                     attack = resolve_attack(a, spec, eps, seed, len(s.models))

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ..config import SIZES
 from ..errors import UserError
 from ..registry import suggest
 from ..resources import grids_dir
@@ -158,15 +159,24 @@ def _surrogate_entry(s: Any, attacks_raw: dict, src: str) -> SurrogateEntry:
     only = s.get("attacks") or []
     _need(isinstance(only, list) and all(isinstance(a, str) for a in only), src,
           f"surrogate set {who}: attacks must be a list of attack names")
-    for a in only:  # a label of the file's own attacks, or a registry name
+    by_size = s.get("sizes") or {}
+    _need(isinstance(by_size, dict) and all(isinstance(v, dict) and set(v) == {"attacks"} for v in by_size.values()),
+          src, f"surrogate set {who}: sizes must map a zoo size to {{attacks: [...]}} (the attack list at that size), "
+               f"like sizes: {{converged: {{attacks: [ila, fia]}}}}")
+    for size, v in by_size.items():
+        _need(size in SIZES, src, f"surrogate set {who}: sizes names {size!r}, not a zoo size ({', '.join(SIZES)})")
+        _need(isinstance(v["attacks"], list) and v["attacks"] and all(isinstance(a, str) for a in v["attacks"]), src,
+              f"surrogate set {who}: sizes.{size}.attacks must be a non-empty list of attack names")
+    for a in [*only, *(a for v in by_size.values() for a in v["attacks"])]:  # the file's own labels, or registry names
         if a not in attacks_raw:
             ATTACKS.get(a)
     w = s.get("weights")
     if isinstance(w, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in w):
         w = tuple(float(v) for v in w)  # GridSpec.validate judges them (and anything else given)
-    opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name", "attacks")}
+    opts = {k: v for k, v in s.items() if k not in ("models", "weights", "name", "attacks", "sizes")}
     return SurrogateEntry(tuple(s["models"]), w, str(s.get("name", "")),
-                          tuple(sorted(opts.items(), key=lambda kv: str(kv[0]))), tuple(only))
+                          tuple(sorted(opts.items(), key=lambda kv: str(kv[0]))), tuple(only),
+                          size_attacks=tuple(sorted((k, tuple(v["attacks"])) for k, v in by_size.items())))
 
 
 def _is_count(v: Any) -> bool:

@@ -44,10 +44,13 @@ class SurrogateEntry:
     only_attacks: tuple[str, ...] = ()  # if set, this row runs only these attack labels/names
     base: str = ""          # for a replicate: the name of the entry it replicates (rows share it)
     replicate: int = 0      # which independently seeded replicate of the models
+    size_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # ``sizes: {<size>: {attacks: [...]}}``: the list at that zoo size
 
-    def runs(self, attack: "AttackEntry") -> bool:
-        """Whether this row runs ``attack`` (every attack unless ``only_attacks`` names some)."""
-        return not self.only_attacks or attack.label in self.only_attacks or attack.attack in self.only_attacks
+    def runs(self, attack: "AttackEntry", size: str | None = None) -> bool:
+        """Whether this row runs ``attack`` at zoo ``size``: every attack unless ``only_attacks`` (or,
+        at a size ``size_attacks`` names, that size's list) names some."""
+        only = dict(self.size_attacks).get(size, self.only_attacks) if size is not None else self.only_attacks
+        return not only or attack.label in only or attack.attack in only
 
     @property
     def name(self) -> str:
