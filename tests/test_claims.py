@@ -204,6 +204,7 @@ def _finish(run: Path, extra_cell: bool = True) -> None:
         s.to_parquet(run / "samples" / "pgd0x.parquet", index=False)
     m = json.loads((run / "manifest.json").read_text())
     m["finished_at"] = "2026-12-04T00:00:00+00:00"
+    m["grid_file"] = str(run.parent / "g.yaml")  # an absolute path, outside the checkout
     (run / "manifest.json").write_text(json.dumps(m))
 
 
@@ -224,7 +225,9 @@ def test_records_hold_what_the_table_needs_and_give_the_same_table(tmp_path):
     s = pd.read_parquet(rec / "samples" / "cwa1a.parquet")
     assert tuple(s.columns) == RECORD_COLUMNS  # no predictions, margins or norms
     assert set(pd.read_parquet(rec / "results.parquet")["cell_id"]) == {"cwa0a", "cwa1a", "mifgsm0b", "mifgsm1b"}
-    assert json.loads((rec / "source.json").read_text())["git_sha"] == "abc1234"
+    source = json.loads((rec / "source.json").read_text())
+    assert source["git_sha"] == "abc1234"
+    assert (source["run"], source["grid_file"]) == ("synthetic", "g.yaml")  # records name no machine's folders
     pd.testing.assert_frame_equal(claims_table(spec, records), claims_table(spec, runs))
     # a changed record changes the table: the table is read from the records, not kept anywhere else
     s["success"] = False

@@ -75,10 +75,28 @@ def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame) -> set
     return cells
 
 
+def portable_path(path: str | Path | None) -> str | None:
+    """``path`` as committed records may name it: relative to the project's checkout (or the
+    working folder) when inside it, else its file name alone, so no record names the folders of
+    the machine that ran it."""
+    from ...resources import source_root
+
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    for root in (source_root(), Path.cwd()):
+        if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
+            return p.resolve().relative_to(Path(root).resolve()).as_posix()
+    return p.name
+
+
 def _source(manifest: dict, run: Path) -> dict:
     keep = ("arch", "sha256", "clean_acc", "train_s", "provenance", "recipe_hash", "method_version")
     return {
-        "run": run.as_posix(), "grid_file": manifest.get("grid_file"), "git_sha": manifest.get("git_sha"),
+        "run": portable_path(run), "grid_file": portable_path(manifest.get("grid_file")),
+        "git_sha": manifest.get("git_sha"),
         "created_at": manifest.get("created_at"), "finished_at": manifest.get("finished_at"),
         "versions": manifest.get("versions"), "device": manifest.get("device"),
         "zoo": {m: {k: c.get(k) for k in keep if k in c} for m, c in sorted((manifest.get("zoo") or {}).items())},
