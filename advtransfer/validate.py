@@ -87,24 +87,28 @@ def check_split(ds, n: int, start: int, source: str) -> None:
                         f"lower n (at most {max(0, len(y) - start)} from start {start})")
 
 
-def check_surgery_sites(spec: "GridSpec", cell, attack, image_shape: tuple[int, ...], specs: dict) -> None:
+def check_surgery_sites(spec: "GridSpec", cell, attack, image_shape: tuple[int, ...], specs: dict,
+                        nets: dict | None = None) -> None:
     """A UserError when ``attack``'s backward-path surgery (``attack.surgery(shape)``) would change
     no site in any of ``cell``'s surrogates at the grid's zoo size: the crafting would fail after
     the cells before it had run (an SGM with nothing to decay would be plain MI-FGSM). Checked on
     freshly initialised networks of harness-trained entries (architecture only, no weights);
-    ``image_shape`` is the data's H×W×C."""
+    ``image_shape`` is the data's H×W×C; ``nets`` (model name → network) keeps the networks built
+    for earlier cells, so each is built once per preflight."""
     from .attacks.surgery import surgery_targets
     from .grid import describe
     from .models import zoo
 
+    nets = {} if nets is None else nets
+    surgery = attack.surgery((image_shape[-1], *image_shape[:-1]))
     counts = []
     for m in cell.surrogate.models:
         src = zoo.declared(zoo.get_spec(m, specs))
         if src.kind not in ("trained", "collection"):
             return  # a pretrained or defended network is built from its own code: checked when crafted
-        net = src.network(spec.size)
-        surgery = attack.surgery((image_shape[-1], *image_shape[:-1]))
-        for target in surgery_targets([net]):
+        if m not in nets:
+            nets[m] = src.network(spec.size)
+        for target in surgery_targets([nets[m]]):
             n, undo = surgery.attach(target)
             counts.append(n)
             for u in reversed(undo):
@@ -137,6 +141,7 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     specs = zoo.load_specs()
     shas = {m: f"unchecked:{m}" for m in spec.model_names()}
     crafts: list[tuple[str, int]] = []  # (attack label, training images it crafts on)
+    nets: dict = {}  # networks built for the backward-path check, by model name
     for cell in expand_cells(spec, shas):  # resolves every attack: parameter names, types, ranges
         attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
         tc = attack.extra.get("target_class")
@@ -146,7 +151,7 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
         if attack.extra.get("n_craft") is not None:
             crafts.append((cell.attack.label, int(attack.extra["n_craft"])))
         if callable(getattr(attack, "surgery", None)):
-            check_surgery_sites(spec, cell, attack, tuple(ds.x.shape[1:]), specs)
+            check_surgery_sites(spec, cell, attack, tuple(ds.x.shape[1:]), specs, nets)
     needs_training = False
     for m in spec.model_names():
         src = zoo.declared(zoo.get_spec(m, specs))
