@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,13 +24,21 @@ LOCK_FILE = "run.lock"
 HOLDER_FILE = "lock.json"
 
 
-def _holder(run_dir: Path) -> str:
-    try:
-        h = json.loads((run_dir / HOLDER_FILE).read_text())
-        return (f"pid {h.get('pid')} on {h.get('host')} since {h.get('started')} "
-                f"({h.get('command', 'advtransfer')})")
-    except (OSError, ValueError):
-        return "another process (its lock.json is not written yet)"
+def _holder(run_dir: Path, wait_s: float = 2.0) -> str:
+    """Name the lock's holder from ``lock.json``.
+
+    The holder writes that file just after taking the lock, so a second command that arrives in
+    between waits up to ``wait_s`` seconds for it before saying the holder is unnamed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            h = json.loads((run_dir / HOLDER_FILE).read_text())
+            return (f"pid {h.get('pid')} on {h.get('host')} since {h.get('started')} "
+                    f"({h.get('command', 'advtransfer')})")
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return "another process (its lock.json is not written yet)"
+            time.sleep(0.05)
 
 
 class RunLock:
