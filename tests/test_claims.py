@@ -92,7 +92,10 @@ def test_a_claim_without_replicate_agreement_cannot_hold(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"by": "model"}, "`by` must be attack, surrogate or victim"),
+    ({"by": "model"}, "`by` must be attack, surrogate, victim or whitebox"),
+    ({"by": "whitebox"}, "names the grid of its baseline's ladder"),
+    ({"ladder": "repr-vs-data"}, "belongs to a `by: whitebox` claim only"),
+    ({"by": "whitebox", "ladder": "lad", "a": "ladder:mifgsm", "b": "ladder:pgd"}, "one side is the ladder's baseline"),
     ({"eps": "eight"}, "eps must be a fraction"),
     ({"colour": "red"}, "unknown key(s) colour"),
     ({"by": "surrogate"}, "names the attack label"),
@@ -314,3 +317,77 @@ def test_a_claim_may_differ_per_size(tmp_path, capsys):
     r = claims_table(skip, runs).iloc[0]
     assert r["cpu_note"] == "not measured: too costly on 2 cores" and r["cpu_verdict"] == ""
     assert "not measured: too costly on 2 cores" in format_claims(claims_table(skip, runs), skip.sizes)
+
+
+# --- at equal white-box success ---------------------------------------------------------------------------
+LADDER = {2: (0.3, 0.2), 4: (0.6, 0.4), 8: (0.9, 0.7)}  # eps*255 -> (white-box ASR, transfer ASR) of MI-FGSM
+
+
+def _wb_runs(runs: Path, size: str) -> None:
+    """An attack run (repr_push on surrogate resnet_a: white-box 60%, transfer 10% on densenet_b)
+    and a ladder run (MI-FGSM at 2, 4, 8/255 on the same surrogate, images and victims, LADDER's
+    rates), all images clean-correct; every success set is the first k images, so the attack's
+    white-box level is the ladder's 4/255 point in every bootstrap resample."""
+    import json
+
+    from test_compare import N, _row
+
+    def first(frac: float) -> np.ndarray:
+        return np.arange(N) < round(frac * N)
+
+    clean = np.ones(N, bool)
+    for name, cells in {"synthetic": {("repr_push", 8): (0.6, 0.1)},
+                        "ladder": {("mifgsm", e): v for e, v in LADDER.items()}}.items():
+        run = runs / size / name
+        (run / "samples").mkdir(parents=True)
+        rows = []
+        for (attack, e), (wb, tr) in cells.items():
+            cell = f"{attack}{e}"
+            sam = []
+            for victim, succ in (("resnet_a", first(wb)), ("densenet_b", first(tr))):
+                rows.append(_row(attack, attack, cell, victim, clean, succ, surrogate="resnet_a",
+                                 surrogate_base="resnet_a", n_surrogates=1, is_whitebox=victim == "resnet_a",
+                                 eps=e / 255, eps_str=f"{e}/255", grad_evals=10, surrogate_kind="single"))
+                sam.append(pd.DataFrame({"cell_id": cell, "victim": victim, "index": np.arange(N), "clean_correct": clean,
+                                         "adv_pred": np.where(succ, 3, 1), "success": succ, "margin": 0.0,
+                                         "linf": e / 255, "l2": 1.0}))
+            pd.concat(sam).to_parquet(run / "samples" / f"{cell}.parquet", index=False)
+        pd.DataFrame(rows).to_parquet(run / "results.parquet", index=False)
+        (run / "manifest.json").write_text(json.dumps({"run_id": name, "git_sha": "abc1234", "zoo": {},
+                                                        "finished_at": "2026-12-04T00:00:00+00:00"}))
+
+
+def test_a_whitebox_claim_reads_the_baseline_off_its_ladder(tmp_path):
+    """repr_push reaches 60% white-box, which MI-FGSM's ladder reaches at 4/255, where it transfers
+    40%: "data-space beats representation-space at equal white-box success" is +30 points, and
+    stays so in every resample (nested success sets), so it holds; at equal eps (8/255, 70%) it
+    would read +60. The records keep the white-box rows and the whole ladder, and give the same table."""
+    from advtransfer.analysis.measures.claim_records import export_records
+
+    (tmp_path / "ladder.yaml").write_text(GRID.replace("name: synthetic", "name: ladder"))
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    _wb_runs(runs, "cpu")
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
+                             a="ladder:mifgsm", b="repr_push"))
+    assert spec.grid_names("cpu") == [str(tmp_path / "grid.yaml"), str(tmp_path / "ladder.yaml")]
+    r = claims_table(spec, runs).iloc[0]
+    assert r["cpu_diff"] == pytest.approx(0.3) and (r["cpu_asr_a"], r["cpu_asr_b"]) == pytest.approx((0.4, 0.1))
+    assert r["cpu_eps_matched"] == pytest.approx(4 / 255) and r["cpu_whitebox_attack"] == pytest.approx(0.6)
+    assert r["cpu_ci_low"] > 0.2 and r["cpu_ci_high"] < 0.4 and r["cpu_p"] == pytest.approx(1 / 2000)
+    assert r["cpu_verdict"] == "holds" and r["cpu_n_victims"] == 1
+    text = format_claims(claims_table(spec, runs), spec.sizes)
+    assert "A read off its ladder at B's white-box ASR 60.0%" in text and "matched eps 4.0/255" in text
+    # the sides turned: the same pairs, the sign turned
+    rev = claims_table(load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
+                                         a="repr_push", b="ladder:mifgsm")), runs).iloc[0]
+    assert rev["cpu_diff"] == pytest.approx(-0.3) and rev["cpu_verdict"] == "does not hold"
+    assert (rev["cpu_asr_a"], rev["cpu_asr_b"]) == pytest.approx((0.1, 0.4))
+    done = export_records(spec, runs, records, log=lambda m: None)
+    assert sorted((e.grid, e.cells, e.rows) for e in done) == [("ladder", 3, 6), ("synthetic", 1, 2)]
+    pd.testing.assert_frame_equal(claims_table(spec, records), claims_table(spec, runs))
+    # without its ladder's run the row says which grid makes it
+    import shutil
+
+    shutil.rmtree(runs / "cpu" / "ladder")
+    r = claims_table(spec, runs).iloc[0]
+    assert r["cpu_verdict"] == "" and "ladder.yaml --size cpu" in r["cpu_note"]

@@ -31,7 +31,7 @@ import pandas as pd
 from ...errors import UserError
 from ...utils import atomic_path, atomic_write_text
 from ..runs import read_results
-from .claims import ClaimsSpec, claim_rows, grid_name
+from .claims import ClaimsSpec, claim_rows, grid_name, whitebox_cells
 from .compare import Samples
 
 #: the columns a record keeps per image (``cell_id`` is constant in a file: parquet stores it once)
@@ -68,7 +68,13 @@ def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame) -> set
     run's results."""
     cells: set[str] = set()
     for c in (c.at(size) for c in spec.claims):
-        if c.grid != grid or c.skip:
+        if grid not in c.grids() or c.skip:
+            continue
+        if c.by == "whitebox":
+            if grid == c.grid:
+                cells |= whitebox_cells(df, c, ladder=False)
+            if grid == c.ladder:
+                cells |= whitebox_cells(df, c, ladder=True)
             continue
         a, b, _ = claim_rows(df, c)
         cells |= set(a["cell_id"]) | set(b["cell_id"])

@@ -10,10 +10,19 @@ one paired comparison in that run:
   attack label; replicate k of one is paired with replicate k of the other;
 - ``by: victim``: victim ``a`` resists the same adversarial images better than victim ``b`` (the
   difference is ASR on ``b`` − ASR on ``a``), under one attack label (or every attack of the run);
-  victim replicates ``a@rk`` and ``b@rk`` are paired.
+  victim replicates ``a@rk`` and ``b@rk`` are paired;
+- ``by: whitebox``: an attack against a baseline at equal white-box success rather than at equal
+  ε. One side is ``ladder:<label>``: that baseline runs at a ladder of radii in the run of the
+  claim's ``ladder`` grid (same surrogates, images and victims, each surrogate also a victim); the
+  other side is the attack's label in the claim's grid. For each surrogate and held-out victim the
+  baseline's transfer is read off the ladder at the white-box ASR the attack reached
+  (:mod:`~advtransfer.analysis.measures.whitebox_match`). The difference (A − B) is the mean over
+  (surrogate, victim) pairs; its interval is the percentile bootstrap over images with the matching
+  redone in every resample, and its p is the bootstrap's two-sided tail (twice the smaller share
+  of resampled differences on either side of 0, at least 1/2000).
 
-A claim's ``sizes: {<size>: {...}}`` replaces its ``grid``, ``a``, ``b``, ``attack``, ``surrogates``
-or ``victims`` at one zoo size (a size that trains differently has its own grid, or keeps a
+A claim's ``sizes: {<size>: {...}}`` replaces its ``grid``, ``ladder``, ``a``, ``b``, ``attack``,
+``surrogates`` or ``victims`` at one zoo size (a size that trains differently has its own grid, or keeps a
 checkpoint at another epoch); ``skip: <why>`` there leaves the claim unmeasured at that size and
 the table says why.
 
@@ -55,12 +64,12 @@ from ..stats import compare_paired, holm
 from .compare import Samples, paired_outcomes
 
 ALPHA = 0.05
-BY = ("attack", "surrogate", "victim")
+BY = ("attack", "surrogate", "victim", "whitebox")
 _KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "surrogates", "victims",
-         "paper_number", "min_gain", "id", "sizes")
+         "paper_number", "min_gain", "id", "sizes", "ladder")
 #: what a claim's ``sizes: {<size>: {...}}`` may replace at one zoo size (the grid and the models
 #: differ where a size trains differently: a converged grid, a checkpoint at another epoch)
-SIZE_KEYS = ("grid", "a", "b", "attack", "surrogates", "victims", "skip")
+SIZE_KEYS = ("grid", "a", "b", "attack", "surrogates", "victims", "skip", "ladder")
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,11 @@ class Claim:
     min_gain: float = 0.01
     sizes: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     skip: str | None = None  # why the claim is not measured at a size (``sizes.<size>.skip``)
+    ladder: str | None = None  # ``by: whitebox``: the grid running ``b`` at a ladder of radii
+
+    def grids(self) -> tuple[str, ...]:
+        """The grids whose runs this claim reads: its own, then its ladder's."""
+        return (self.grid,) + ((self.ladder,) if self.ladder else ())
 
     def at(self, size: str) -> "Claim":
         """The claim as measured at zoo ``size``: its ``sizes.<size>`` values applied."""
@@ -102,7 +116,7 @@ class ClaimsSpec:
     def grid_names(self, size: str | None = None) -> list[str]:
         """The grids whose runs the table reads (at one zoo ``size``, or at any), in first-use order."""
         sizes = [size] if size else list(self.sizes)
-        return list(dict.fromkeys(c.at(s).grid for c in self.claims for s in sizes if not c.at(s).skip))
+        return list(dict.fromkeys(g for c in self.claims for s in sizes if not c.at(s).skip for g in c.at(s).grids()))
 
 
 def load_claims(path: str | Path) -> ClaimsSpec:
@@ -142,7 +156,14 @@ def load_claims(path: str | Path) -> ClaimsSpec:
             raise UserError(f"{where}: the id is used twice")
         seen.add(cid)
         if e["by"] not in BY:
-            raise UserError(f"{where}: `by` must be attack, surrogate or victim, got {e['by']!r}")
+            raise UserError(f"{where}: `by` must be attack, surrogate, victim or whitebox, got {e['by']!r}")
+        if (e["by"] == "whitebox") != bool(e.get("ladder")):
+            raise UserError(f"{where}: " + ("a whitebox claim names the grid of its baseline's ladder of radii "
+                                            "(`ladder:`, e.g. repr-vs-data)" if e["by"] == "whitebox" else
+                                            "`ladder:` belongs to a `by: whitebox` claim only"))
+        if e["by"] == "whitebox" and [str(e[k]).startswith("ladder:") for k in ("a", "b")].count(True) != 1:
+            raise UserError(f"{where}: in a whitebox claim one side is the ladder's baseline, `ladder:<label>` "
+                            "(e.g. a: ladder:mifgsm, b: repr_push), the other an attack label")
         if e["by"] == "surrogate" and not e.get("attack"):
             raise UserError(f"{where}: a surrogate claim names the attack label it compares under (`attack:`)")
         try:
@@ -170,7 +191,8 @@ def load_claims(path: str | Path) -> ClaimsSpec:
                             grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
                             eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
                             victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
-                            min_gain=float(gain), sizes=tuple(sized)))
+                            min_gain=float(gain), sizes=tuple(sized),
+                            ladder=str(e["ladder"]) if e.get("ladder") else None))
     return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims))
 
 
@@ -214,6 +236,67 @@ def claim_rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFra
     df = df[df["attack_label"] == claim.attack]
     a, b = df[df["surrogate_base"] == claim.a], df[df["surrogate_base"] == claim.b]
     return a, b, ["victim", "replicate", "seed"]
+
+
+def whitebox_sides(claim: Claim) -> tuple[str, str, int]:
+    """(attack label, ladder baseline label, sign) of a ``by: whitebox`` claim; sign +1 when ``a``
+    is the attack (A − B = attack − matched baseline), −1 when ``a`` is the ladder."""
+    if claim.a.startswith("ladder:"):
+        return claim.b, claim.a.split(":", 1)[1], -1
+    return claim.a, claim.b.split(":", 1)[1], 1
+
+
+def whitebox_cells(df: pd.DataFrame, claim: Claim, ladder: bool) -> set[str]:
+    """Cell ids a ``by: whitebox`` claim reads in one run: the attack's cells at the claim's ε (every
+    victim, white-box rows included) in its grid's run, or with ``ladder`` the baseline's cells at
+    every radius in the ladder's run; single-model surrogates only."""
+    attack, base, _ = whitebox_sides(claim)
+    df = df[(df["match"] == "none") & (df["n_surrogates"] == 1)]
+    if claim.surrogates is not None:
+        df = df[df["surrogate"].isin(claim.surrogates)]
+    if ladder:
+        return set(df.loc[df["attack_label"] == base, "cell_id"])
+    return set(_at_eps(df[df["attack_label"] == attack], claim.eps)["cell_id"])
+
+
+def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str | Path,
+                            seed: int = 0) -> dict[str, Any]:
+    """``by: whitebox``: the attack in ``run_dir`` against the baseline's ladder in ``ladder_dir``,
+    matched at the attack's white-box ASR, pooled over (surrogate, held-out victim) pairs (rates in
+    [0, 1]; A − B with the sides as the claim writes them; see the module docstring). One-line
+    :class:`UserError` when a run lacks the rows."""
+    from .whitebox_match import N_BOOT, matched_pairs
+
+    attack, base, sign = whitebox_sides(claim)
+    pairs = matched_pairs(run_dir, ladder_dir, [attack], base, seed, eps=claim.eps,
+                          surrogates=claim.surrogates, victims=claim.victims)
+    pairs = [p for p in pairs if np.isfinite(p.asr_matched) and np.isfinite(p.asr_attack)]
+    if not pairs:
+        raise UserError(f"claim {claim.id!r}: no surrogate of {run_dir} has a white-box level of {attack!r} "
+                        f"inside the {base!r} ladder of {ladder_dir} with its held-out victims; run the ladder "
+                        f"grid ({claim.ladder}) on the same surrogates, images and victims")
+    D = sign * np.mean(np.stack([p.boot_diff for p in pairs]), 0)
+    ok = np.isfinite(D)
+    if ok.sum() < 0.9 * N_BOOT:
+        lo = hi = p_boot = float("nan")
+    else:
+        lo, hi = (float(x) for x in np.percentile(D[ok], [2.5, 97.5]))
+        tail = min(np.mean(D[ok] <= 0), np.mean(D[ok] >= 0))
+        p_boot = float(min(1.0, max(2 * tail, 1.0 / N_BOOT)))
+    diff = sign * float(np.mean([p.diff for p in pairs]))
+    asr_atk, asr_base = float(np.mean([p.asr_attack for p in pairs])), float(np.mean([p.asr_matched for p in pairs]))
+    ge_atk = float(np.mean([p.grad_evals_attack for p in pairs]))
+    ge_base = float(np.mean([p.grad_evals_matched for p in pairs]))
+    return {
+        "n_pairs": int(sum(p.n_images for p in pairs)), "asr_a": asr_atk if sign > 0 else asr_base,
+        "asr_b": asr_base if sign > 0 else asr_atk, "diff": diff, "ci_low": lo, "ci_high": hi,
+        "p": p_boot, "n_victims": len({p.victim for p in pairs}), "n_replicates": 1, "rep_min": diff, "rep_max": diff,
+        "n_surrogates": len({p.surrogate for p in pairs}),
+        "whitebox_attack": float(np.mean([p.whitebox_attack for p in pairs])),
+        "eps_matched": float(np.mean([p.eps_matched for p in pairs])),
+        "grad_evals_a": ge_atk if sign > 0 else ge_base, "grad_evals_b": ge_base if sign > 0 else ge_atk,
+        "ladder_side": "b" if sign > 0 else "a",
+    }
 
 
 def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str, Any]:
@@ -301,12 +384,14 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
             if c.skip:
                 results.append({"note": f"not measured: {c.skip}"})
                 continue
-            run = Path(runs) / size / grid_names[c.grid]
-            if not (run / "results.parquet").is_file():
+            folders = [Path(runs) / size / grid_names[g] for g in c.grids()]
+            missing = [g for g, f in zip(c.grids(), folders) if not (f / "results.parquet").is_file()]
+            if missing:
                 results.append({"note": f"not run: make claims-runs SIZE={size} runs "
-                                                f"advtransfer grid {c.grid} --size {size}"})
+                                        + " and ".join(f"advtransfer grid {g} --size {size}" for g in missing)})
                 continue
-            results.append(evaluate_claim(c, run, seed))
+            results.append(evaluate_whitebox_claim(c, *folders, seed) if c.by == "whitebox"
+                           else evaluate_claim(c, folders[0], seed))
         ps = np.array([r.get("p", np.nan) for r in results], dtype=float)
         for r, p in zip(results, holm(ps)):
             if "p" in r:
@@ -320,6 +405,16 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
 
 def _pts(v: float) -> str:
     return f"{100 * v:+.1f}"
+
+
+def _matched_note(r: pd.Series, s: str) -> str:
+    """For a ``by: whitebox`` row: the white-box level the baseline was matched at, and where on its ladder."""
+    e = r.get(f"{s}_eps_matched")
+    if e is None or pd.isna(e):
+        return ""
+    lad, atk = ("B", "A") if r.get(f"{s}_ladder_side") == "b" else ("A", "B")
+    return (f"; {lad} read off its ladder at {atk}'s white-box ASR {100 * r[f'{s}_whitebox_attack']:.1f}% "
+            f"(mean matched eps {255 * e:.1f}/255, {int(r[f'{s}_n_surrogates'])} surrogates)")
 
 
 def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
@@ -340,6 +435,6 @@ def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
                          f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {r[f'{s}_p_holm']:.2g}{reps}; "
                          f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
                          f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
-                         f"{r[f'{s}_grad_evals_b']:.0f}")
+                         f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}")
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ model-to-model variation: each surrogate is one trained model.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,16 +59,42 @@ def _read(run_dir: str | Path) -> pd.DataFrame:
     return res[(res["match"] == "none") & (res["n_surrogates"] == 1)]
 
 
-def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str],
-                     baseline: str = "mifgsm", seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-victim table, per-(attack, surrogate) table pooled over the victims).
+@dataclass
+class MatchedPair:
+    """One (attack, surrogate, victim) of :func:`matched_pairs`: point values (fractions, ε in
+    [0, 1]) and the ``N_BOOT`` resampled differences ``boot_diff`` (NaN where a resample's
+    white-box level fell outside the ladder)."""
 
-    ``run_dir``: a run with ``attacks`` (labels) on single-model surrogates, each surrogate also a
-    victim (its white-box row); ``ladder_dir``: a run with ``baseline`` at several ε on the same
-    surrogates, images and victims. Columns: attack, surrogate, victim, whitebox_attack (the
-    attack's white-box ASR), asr_attack (its transfer), eps_matched (the ladder's ε at that
-    white-box level), asr_matched (the baseline's transfer there), diff = asr_attack − asr_matched
-    with diff_ci_low/high; asr_same_eps (the baseline at the attack's own ε, for reference)."""
+    attack: str
+    surrogate: str
+    victim: str
+    eps: float
+    whitebox_attack: float
+    whitebox_ladder_max: float
+    asr_attack: float
+    asr_matched: float
+    eps_matched: float
+    asr_same_eps: float
+    grad_evals_attack: float
+    grad_evals_matched: float
+    n_images: int
+    boot_diff: np.ndarray
+
+    @property
+    def diff(self) -> float:
+        return self.asr_attack - self.asr_matched
+
+
+def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str], baseline: str = "mifgsm",
+                  seed: int = 0, eps: float | None = None, surrogates: tuple[str, ...] | None = None,
+                  victims: tuple[str, ...] | None = None) -> list[MatchedPair]:
+    """Every (attack, surrogate, held-out victim) of ``run_dir`` matched on ``ladder_dir``'s
+    ``baseline`` ladder at the attack's white-box ASR (see the module docstring), sorted by attack,
+    surrogate and victim; ``eps``, ``surrogates`` and ``victims`` restrict the attack's rows. A
+    surrogate without a white-box row or a ladder of at least two radii (with its white-box rows)
+    is left out, and so is a victim the ladder did not evaluate at every radius. The resamples of
+    the test images are one seeded draw shared by every pair, so pairs can be pooled resample by
+    resample."""
     res, lad = _read(run_dir), _read(ladder_dir)
     lad = lad[lad["attack_label"] == baseline]
     if lad.empty:
@@ -76,7 +103,12 @@ def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[
     if unknown:
         raise UserError(f"{run_dir}: no rows of attack {', '.join(unknown)}; "
                         f"its attacks are {', '.join(sorted(set(res['attack_label'])))}")
-    img_a, img_l = pooling.Images(run_dir, res[res["attack_label"].isin(attacks)]), pooling.Images(ladder_dir, lad)
+    res = res[res["attack_label"].isin(attacks)]
+    if eps is not None:
+        res = res[np.isclose(res["eps"].astype(float), eps, rtol=0, atol=1e-9)]
+    if surrogates is not None:
+        res = res[res["surrogate"].isin(surrogates)]
+    img_a, img_l = pooling.Images(run_dir, res), pooling.Images(ladder_dir, lad)
     common = np.intersect1d(img_a.index, img_l.index)
     if len(common) == 0:
         raise UserError("the two runs share no test image; run the ladder on the same images (n, start)")
@@ -88,46 +120,86 @@ def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[
         s, c = images.row(row["cell_id"], row["victim"])
         return pooling.pooled(s[pos], c[pos], W)
 
-    rows, pooled_rows = [], []
-    for (atk, sur), sub in res[res["attack_label"].isin(attacks)].groupby(["attack_label", "surrogate"], sort=True):
+    out: list[MatchedPair] = []
+    for (atk, sur), sub in res.groupby(["attack_label", "surrogate"], sort=True):
         wb = sub[sub["victim"] == sur]
         ls = lad[lad["surrogate"] == sur]
         if wb.empty or ls.empty or (ls["victim"] == sur).sum() < 2:
             continue
-        eps = np.array(sorted(ls["eps"].unique()))
+        radii = np.array(sorted(ls["eps"].unique()))
         w_a = pooled(img_a, pos_a, wb.iloc[0])
-        ladder_w = [pooled(img_l, pos_l, ls[(ls["eps"] == e) & (ls["victim"] == sur)].iloc[0]) for e in eps]
+        ladder_w = [pooled(img_l, pos_l, ls[(ls["eps"] == e) & (ls["victim"] == sur)].iloc[0]) for e in radii]
         wl = np.stack([p[3] for p in ladder_w], 1)
         wl0 = np.array([[p[0] for p in ladder_w]])
-        diffs, diffs0 = [], []
-        for _, r in sub[sub["victim"] != sur].sort_values("victim").iterrows():
+        held_out = sub[sub["victim"] != sur]
+        if victims is not None:
+            held_out = held_out[held_out["victim"].isin(victims)]
+        for _, r in held_out.sort_values("victim").iterrows():
             v = r["victim"]
             lv = ls[ls["victim"] == v]
-            if len(lv) != len(eps):
+            if len(lv) != len(radii):
                 continue
             a = pooled(img_a, pos_a, r)
-            ladder_t = [pooled(img_l, pos_l, lv[lv["eps"] == e].iloc[0]) for e in eps]
+            ladder_t = [pooled(img_l, pos_l, lv[lv["eps"] == e].iloc[0]) for e in radii]
             tl = np.stack([p[3] for p in ladder_t], 1)
-            t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), eps)
-            tb, _ = _interp(w_a[3], wl, tl, eps)
-            d = a[3] - tb
-            ok = np.isfinite(d)
-            lo, hi = np.percentile(d[ok], [2.5, 97.5]) if ok.sum() >= 0.9 * N_BOOT else (np.nan, np.nan)
+            t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), radii)
+            tb, _ = _interp(w_a[3], wl, tl, radii)
             same = lv[np.isclose(lv["eps"], r["eps"])]
-            rows.append({"attack": atk, "surrogate": sur, "victim": v, "eps": float(r["eps"]),
-                         "whitebox_attack": w_a[0], "asr_attack": a[0], "eps_matched": float(e0[0]) * 255,
-                         "asr_matched": float(t0[0]), "diff": a[0] - float(t0[0]),
-                         "diff_ci_low": float(lo), "diff_ci_high": float(hi),
-                         "asr_same_eps": float(same["asr"].iloc[0]) if len(same) else np.nan})
-            diffs.append(d)
-            diffs0.append(a[0] - float(t0[0]))
-        if diffs:
-            D = np.mean(np.stack(diffs), 0)
-            ok = np.isfinite(D)
-            lo, hi = np.percentile(D[ok], [2.5, 97.5]) if ok.sum() >= 0.9 * N_BOOT else (np.nan, np.nan)
-            pooled_rows.append({"attack": atk, "surrogate": sur, "n_victims": len(diffs), "whitebox_attack": w_a[0],
-                                "whitebox_ladder_max": float(wl0.max()),
-                                "eps_matched": rows[-1]["eps_matched"], "diff": float(np.mean(diffs0)),
-                                "diff_ci_low": float(lo), "diff_ci_high": float(hi),
-                                "n_victims_worse": int(sum(x < 0 for x in diffs0))})
+            out.append(MatchedPair(
+                attack=atk, surrogate=sur, victim=v, eps=float(r["eps"]), whitebox_attack=w_a[0],
+                whitebox_ladder_max=float(wl0.max()), asr_attack=a[0], asr_matched=float(t0[0]),
+                eps_matched=float(e0[0]), asr_same_eps=float(same["asr"].iloc[0]) if len(same) else np.nan,
+                grad_evals_attack=float(r["grad_evals"]), grad_evals_matched=_interp_evals(lv, radii, float(e0[0])),
+                n_images=len(common), boot_diff=a[3] - tb))
+    return out
+
+
+def _interp_evals(lv: pd.DataFrame, radii: np.ndarray, eps: float) -> float:
+    """The ladder's gradient evaluations per image at the matched radius (they are the same at
+    every radius of an MI-FGSM ladder; interpolated in case a ladder's schedule differs)."""
+    if not np.isfinite(eps):
+        return float("nan")
+    ge = [float(lv.loc[lv["eps"] == e, "grad_evals"].iloc[0]) for e in radii]
+    return float(np.interp(eps, radii, ge))
+
+
+def _interval(d: np.ndarray) -> tuple[float, float]:
+    """95% percentile interval of resampled differences; NaN when over 10% of resamples had no
+    match (the white-box level too near an end of the ladder to say)."""
+    ok = np.isfinite(d)
+    if ok.sum() < 0.9 * N_BOOT:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(d[ok], [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str],
+                     baseline: str = "mifgsm", seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-victim table, per-(attack, surrogate) table pooled over the victims).
+
+    ``run_dir``: a run with ``attacks`` (labels) on single-model surrogates, each surrogate also a
+    victim (its white-box row); ``ladder_dir``: a run with ``baseline`` at several ε on the same
+    surrogates, images and victims. Columns: attack, surrogate, victim, whitebox_attack (the
+    attack's white-box ASR), asr_attack (its transfer), eps_matched (the ladder's ε at that
+    white-box level, in /255), asr_matched (the baseline's transfer there), diff = asr_attack −
+    asr_matched with diff_ci_low/high; asr_same_eps (the baseline at the attack's own ε, for reference)."""
+    pairs = matched_pairs(run_dir, ladder_dir, attacks, baseline, seed)
+    rows = []
+    for p in pairs:
+        lo, hi = _interval(p.boot_diff)
+        rows.append({"attack": p.attack, "surrogate": p.surrogate, "victim": p.victim, "eps": p.eps,
+                     "whitebox_attack": p.whitebox_attack, "asr_attack": p.asr_attack,
+                     "eps_matched": p.eps_matched * 255, "asr_matched": p.asr_matched, "diff": p.diff,
+                     "diff_ci_low": lo, "diff_ci_high": hi, "asr_same_eps": p.asr_same_eps})
+    pooled_rows = []
+    by: dict[tuple[str, str], list[MatchedPair]] = {}
+    for p in pairs:
+        by.setdefault((p.attack, p.surrogate), []).append(p)
+    for (atk, sur), ps in by.items():
+        lo, hi = _interval(np.mean(np.stack([p.boot_diff for p in ps]), 0))
+        diffs0 = [p.diff for p in ps]
+        pooled_rows.append({"attack": atk, "surrogate": sur, "n_victims": len(ps), "whitebox_attack": ps[0].whitebox_attack,
+                            "whitebox_ladder_max": ps[0].whitebox_ladder_max, "eps_matched": ps[-1].eps_matched * 255,
+                            "diff": float(np.mean(diffs0)), "diff_ci_low": lo, "diff_ci_high": hi,
+                            "n_victims_worse": int(sum(x < 0 for x in diffs0))})
     return pd.DataFrame(rows), pd.DataFrame(pooled_rows)
