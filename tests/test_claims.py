@@ -323,11 +323,12 @@ def test_a_claim_may_differ_per_size(tmp_path, capsys):
 LADDER = {2: (0.3, 0.2), 4: (0.6, 0.4), 8: (0.9, 0.7)}  # eps*255 -> (white-box ASR, transfer ASR) of MI-FGSM
 
 
-def _wb_runs(runs: Path, size: str) -> None:
+def _wb_runs(runs: Path, size: str, second_whitebox: float | None = None) -> None:
     """An attack run (repr_push on surrogate resnet_a: white-box 60%, transfer 10% on densenet_b)
     and a ladder run (MI-FGSM at 2, 4, 8/255 on the same surrogate, images and victims, LADDER's
     rates), all images clean-correct; every success set is the first k images, so the attack's
-    white-box level is the ladder's 4/255 point in every bootstrap resample."""
+    white-box level is the ladder's 4/255 point in every bootstrap resample. ``second_whitebox``
+    adds surrogate densenet_b (victim resnet_a) with that white-box level and the same ladder."""
     import json
 
     from test_compare import N, _row
@@ -336,22 +337,27 @@ def _wb_runs(runs: Path, size: str) -> None:
         return np.arange(N) < round(frac * N)
 
     clean = np.ones(N, bool)
-    for name, cells in {"synthetic": {("repr_push", 8): (0.6, 0.1)},
-                        "ladder": {("mifgsm", e): v for e, v in LADDER.items()}}.items():
+    pairs = [("resnet_a", "densenet_b")] + ([("densenet_b", "resnet_a")] if second_whitebox is not None else [])
+    for name in ("synthetic", "ladder"):
         run = runs / size / name
         (run / "samples").mkdir(parents=True)
         rows = []
-        for (attack, e), (wb, tr) in cells.items():
-            cell = f"{attack}{e}"
-            sam = []
-            for victim, succ in (("resnet_a", first(wb)), ("densenet_b", first(tr))):
-                rows.append(_row(attack, attack, cell, victim, clean, succ, surrogate="resnet_a",
-                                 surrogate_base="resnet_a", n_surrogates=1, is_whitebox=victim == "resnet_a",
-                                 eps=e / 255, eps_str=f"{e}/255", grad_evals=10, surrogate_kind="single"))
-                sam.append(pd.DataFrame({"cell_id": cell, "victim": victim, "index": np.arange(N), "clean_correct": clean,
-                                         "adv_pred": np.where(succ, 3, 1), "success": succ, "margin": 0.0,
-                                         "linf": e / 255, "l2": 1.0}))
-            pd.concat(sam).to_parquet(run / "samples" / f"{cell}.parquet", index=False)
+        for sur, held_out in pairs:
+            if name == "synthetic":
+                cells = {("repr_push", 8): (0.6 if sur == "resnet_a" else second_whitebox, 0.1)}
+            else:
+                cells = {("mifgsm", e): v for e, v in LADDER.items()}
+            for (attack, e), (wb, tr) in cells.items():
+                cell = f"{attack}{e}{sur}"
+                sam = []
+                for victim, succ in ((sur, first(wb)), (held_out, first(tr))):
+                    rows.append(_row(attack, attack, cell, victim, clean, succ, surrogate=sur,
+                                     surrogate_base=sur, n_surrogates=1, is_whitebox=victim == sur,
+                                     eps=e / 255, eps_str=f"{e}/255", grad_evals=10, surrogate_kind="single"))
+                    sam.append(pd.DataFrame({"cell_id": cell, "victim": victim, "index": np.arange(N),
+                                             "clean_correct": clean, "adv_pred": np.where(succ, 3, 1), "success": succ,
+                                             "margin": 0.0, "linf": e / 255, "l2": 1.0}))
+                pd.concat(sam).to_parquet(run / "samples" / f"{cell}.parquet", index=False)
         pd.DataFrame(rows).to_parquet(run / "results.parquet", index=False)
         (run / "manifest.json").write_text(json.dumps({"run_id": name, "git_sha": "abc1234", "zoo": {},
                                                         "finished_at": "2026-12-04T00:00:00+00:00"}))
@@ -391,3 +397,19 @@ def test_a_whitebox_claim_reads_the_baseline_off_its_ladder(tmp_path):
     shutil.rmtree(runs / "cpu" / "ladder")
     r = claims_table(spec, runs).iloc[0]
     assert r["cpu_verdict"] == "" and "ladder.yaml --size cpu" in r["cpu_note"]
+
+
+def test_a_surrogate_beyond_its_ladder_is_left_out_and_named(tmp_path):
+    """densenet_b's attack fools it 95% of the time, above the ladder's 90% at 8/255: no data-space
+    attack of the ladder matches it (no extrapolation), so the row pools resnet_a alone, as above,
+    and names densenet_b as left out."""
+    (tmp_path / "ladder.yaml").write_text(GRID.replace("name: synthetic", "name: ladder"))
+    runs = tmp_path / "runs"
+    _wb_runs(runs, "cpu", second_whitebox=0.95)
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
+                             a="ladder:mifgsm", b="repr_push"))
+    df = claims_table(spec, runs)
+    r = df.iloc[0]
+    assert r["cpu_diff"] == pytest.approx(0.3) and r["cpu_n_surrogates"] == 1
+    assert r["cpu_surrogates_unmatched"] == "densenet_b"
+    assert "left out, white-box level outside the ladder: densenet_b" in format_claims(df, spec.sizes)

@@ -270,14 +270,18 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
     attack, base, sign = whitebox_sides(claim)
     pairs = matched_pairs(run_dir, ladder_dir, [attack], base, seed, eps=claim.eps,
                           surrogates=claim.surrogates, victims=claim.victims)
-    pairs = [p for p in pairs if np.isfinite(p.asr_matched) and np.isfinite(p.asr_attack)]
+    # a surrogate whose white-box level lies outside its ladder (or too near an end of it to match
+    # in 90% of the resamples) has no equal-success baseline: it is left out, and the row says so
+    dropped = sorted({p.surrogate for p in pairs if not np.isfinite(p.asr_matched)
+                      or np.isfinite(p.boot_diff).mean() < 0.9})
+    pairs = [p for p in pairs if p.surrogate not in dropped and np.isfinite(p.asr_attack)]
     if not pairs:
         raise UserError(f"claim {claim.id!r}: no surrogate of {run_dir} has a white-box level of {attack!r} "
                         f"inside the {base!r} ladder of {ladder_dir} with its held-out victims; run the ladder "
                         f"grid ({claim.ladder}) on the same surrogates, images and victims")
     D = sign * np.mean(np.stack([p.boot_diff for p in pairs]), 0)
     ok = np.isfinite(D)
-    if ok.sum() < 0.9 * N_BOOT:
+    if ok.sum() < 0.9 * N_BOOT:  # the kept surrogates' unmatched resamples fall on different draws
         lo = hi = p_boot = float("nan")
     else:
         lo, hi = (float(x) for x in np.percentile(D[ok], [2.5, 97.5]))
@@ -295,7 +299,7 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
         "whitebox_attack": float(np.mean([p.whitebox_attack for p in pairs])),
         "eps_matched": float(np.mean([p.eps_matched for p in pairs])),
         "grad_evals_a": ge_atk if sign > 0 else ge_base, "grad_evals_b": ge_base if sign > 0 else ge_atk,
-        "ladder_side": "b" if sign > 0 else "a",
+        "ladder_side": "b" if sign > 0 else "a", "surrogates_unmatched": ", ".join(dropped),
     }
 
 
@@ -413,8 +417,10 @@ def _matched_note(r: pd.Series, s: str) -> str:
     if e is None or pd.isna(e):
         return ""
     lad, atk = ("B", "A") if r.get(f"{s}_ladder_side") == "b" else ("A", "B")
+    out = r.get(f"{s}_surrogates_unmatched") or ""
     return (f"; {lad} read off its ladder at {atk}'s white-box ASR {100 * r[f'{s}_whitebox_attack']:.1f}% "
-            f"(mean matched eps {255 * e:.1f}/255, {int(r[f'{s}_n_surrogates'])} surrogates)")
+            f"(mean matched eps {255 * e:.1f}/255, {int(r[f'{s}_n_surrogates'])} surrogates"
+            + (f"; left out, white-box level outside the ladder: {out}" if out else "") + ")")
 
 
 def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
