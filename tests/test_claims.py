@@ -68,6 +68,8 @@ def test_table_is_recomputed_from_the_per_image_records(tmp_path):
     assert r["cpu_verdict"] == "" and "advtransfer grid" in r["cpu_note"] and "--size cpu" in r["cpu_note"]
     text = format_claims(df, spec.sizes)
     assert "**holds**" in text and "not run" in text
+    # an exact p that underflows to 0 is printed as a bound, never as "0"
+    assert "p_Holm < 1e-300" in format_claims(df.assign(converged_p_holm=0.0), spec.sizes)
 
     # change the records: B now fools every image A fools on every sample file -> the verdict flips
     for f in (runs / "converged" / "synthetic" / "samples").glob("cwa*.parquet"):

@@ -66,7 +66,10 @@ def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
            "and victims; the difference (A - B, ASR points) is pooled over victims and replicates with its 95% "
            "bootstrap interval clustered by image; Holm's adjustment runs over the claims of one size. "
            "holds: adjusted p < 0.05, positive, every replicate positive; does not hold: adjusted p < 0.05 "
-           "negative, or the interval's top below the claim's minimum gain; cannot tell: otherwise.")
+           "negative, or the interval's top below the claim's minimum gain; cannot tell: otherwise. A row compared "
+           "at equal white-box success reads the baseline's transfer off its ladder of radii at the white-box "
+           "success the attack reached; its interval and p come from the same bootstrap over images, with the "
+           "matching redone in every resample (p: twice the smaller tail, at least 1/2000).")
     sections = [Section("Claims", [Raw(md, _md_to_html(md))], anchor="claims"),
                 Section("How to read it", [Raw(how, f"<p>{_esc(how)}</p>")], anchor="how")]
     rep = out / "report"

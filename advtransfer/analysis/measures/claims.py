@@ -411,6 +411,12 @@ def _pts(v: float) -> str:
     return f"{100 * v:+.1f}"
 
 
+def _p(p: float) -> str:
+    """A p-value as the table prints it: two significant digits; an exact p below the smallest
+    double (it underflows to 0) as "< 1e-300", never "0"."""
+    return "< 1e-300" if p == 0 else f"{p:.2g}"
+
+
 def _matched_note(r: pd.Series, s: str) -> str:
     """For a ``by: whitebox`` row: the white-box level the baseline was matched at, and where on its ladder."""
     e = r.get(f"{s}_eps_matched")
@@ -438,7 +444,7 @@ def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
             reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
                     if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
             cells.append(f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
-                         f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {r[f'{s}_p_holm']:.2g}{reps}; "
+                         f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {_p(r[f'{s}_p_holm'])}{reps}; "
                          f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
                          f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
                          f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}")
