@@ -108,6 +108,11 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
         res = res[np.isclose(res["eps"].astype(float), eps, rtol=0, atol=1e-9)]
     if surrogates is not None:
         res = res[res["surrogate"].isin(surrogates)]
+    if res.empty:
+        raise UserError(f"{run_dir}: no single-model rows of attack {', '.join(attacks)}"
+                        + (f" at eps {eps * 255:.4g}/255" if eps is not None else "")
+                        + (f" on surrogates {', '.join(surrogates)}" if surrogates is not None else "")
+                        + "; run the attack's grid at that eps into it")
     img_a, img_l = pooling.Images(run_dir, res), pooling.Images(ladder_dir, lad)
     common = np.intersect1d(img_a.index, img_l.index)
     if len(common) == 0:
