@@ -265,7 +265,7 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
     matched at the attack's white-box ASR, pooled over (surrogate, held-out victim) pairs (rates in
     [0, 1]; A − B with the sides as the claim writes them; see the module docstring). One-line
     :class:`UserError` when a run lacks the rows."""
-    from .whitebox_match import N_BOOT, matched_pairs
+    from .whitebox_match import _interval, matched_pairs
 
     attack, base, sign = whitebox_sides(claim)
     pairs = matched_pairs(run_dir, ladder_dir, [attack], base, seed, eps=claim.eps,
@@ -280,13 +280,11 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
                         f"inside the {base!r} ladder of {ladder_dir} with its held-out victims; run the ladder "
                         f"grid ({claim.ladder}) on the same surrogates, images and victims")
     D = sign * np.mean(np.stack([p.boot_diff for p in pairs]), 0)
-    ok = np.isfinite(D)
-    if ok.sum() < 0.9 * N_BOOT:  # the kept surrogates' unmatched resamples fall on different draws
-        lo = hi = p_boot = float("nan")
-    else:
-        lo, hi = (float(x) for x in np.percentile(D[ok], [2.5, 97.5]))
-        tail = min(np.mean(D[ok] <= 0), np.mean(D[ok] >= 0))
-        p_boot = float(min(1.0, max(2 * tail, 1.0 / N_BOOT)))
+    lo, hi = _interval(D)  # NaN when the kept surrogates' unmatched resamples fall on different draws
+    p_boot = float("nan")
+    if np.isfinite(lo):
+        d = D[np.isfinite(D)]
+        p_boot = float(min(1.0, max(2 * min(np.mean(d <= 0), np.mean(d >= 0)), 1.0 / len(D))))
     diff = sign * float(np.mean([p.diff for p in pairs]))
     asr_atk, asr_base = float(np.mean([p.asr_attack for p in pairs])), float(np.mean([p.asr_matched for p in pairs]))
     ge_atk = float(np.mean([p.grad_evals_attack for p in pairs]))

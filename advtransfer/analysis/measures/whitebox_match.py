@@ -168,7 +168,7 @@ def _interp_evals(lv: pd.DataFrame, radii: np.ndarray, eps: float) -> float:
     return float(np.interp(eps, radii, ge))
 
 
-def _interval(d: np.ndarray) -> tuple[float, float]:
+def _interval(d: np.ndarray) -> tuple[float, float]:  # also the claims table's (by: whitebox)
     """95% percentile interval of resampled differences; NaN when over 10% of resamples had no
     match (the white-box level too near an end of the ladder to say)."""
     ok = np.isfinite(d)
