@@ -265,7 +265,7 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
     matched at the attack's white-box ASR, pooled over (surrogate, held-out victim) pairs (rates in
     [0, 1]; A − B with the sides as the claim writes them; see the module docstring). One-line
     :class:`UserError` when a run lacks the rows."""
-    from .whitebox_match import _interval, matched_pairs
+    from .whitebox_match import bootstrap_interval, matched_pairs
 
     attack, base, sign = whitebox_sides(claim)
     pairs = matched_pairs(run_dir, ladder_dir, [attack], base, seed, eps=claim.eps,
@@ -280,7 +280,7 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
                         f"inside the {base!r} ladder of {ladder_dir} with its held-out victims; run the ladder "
                         f"grid ({claim.ladder}) on the same surrogates, images and victims")
     D = sign * np.mean(np.stack([p.boot_diff for p in pairs]), 0)
-    lo, hi = _interval(D)  # NaN when the kept surrogates' unmatched resamples fall on different draws
+    lo, hi = bootstrap_interval(D)  # NaN when the kept surrogates' unmatched resamples fall on different draws
     p_boot = float("nan")
     if np.isfinite(lo):
         d = D[np.isfinite(D)]

@@ -168,7 +168,7 @@ def _interp_evals(lv: pd.DataFrame, radii: np.ndarray, eps: float) -> float:
     return float(np.interp(eps, radii, ge))
 
 
-def _interval(d: np.ndarray) -> tuple[float, float]:  # also the claims table's (by: whitebox)
+def bootstrap_interval(d: np.ndarray) -> tuple[float, float]:  # also the claims table's (by: whitebox)
     """95% percentile interval of resampled differences; NaN when over 10% of resamples had no
     match (the white-box level too near an end of the ladder to say)."""
     ok = np.isfinite(d)
@@ -191,7 +191,7 @@ def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[
     pairs = matched_pairs(run_dir, ladder_dir, attacks, baseline, seed)
     rows = []
     for p in pairs:
-        lo, hi = _interval(p.boot_diff)
+        lo, hi = bootstrap_interval(p.boot_diff)
         rows.append({"attack": p.attack, "surrogate": p.surrogate, "victim": p.victim, "eps": p.eps,
                      "whitebox_attack": p.whitebox_attack, "asr_attack": p.asr_attack,
                      "eps_matched": p.eps_matched * 255, "asr_matched": p.asr_matched, "diff": p.diff,
@@ -201,7 +201,7 @@ def matched_whitebox(run_dir: str | Path, ladder_dir: str | Path, attacks: list[
     for p in pairs:
         by.setdefault((p.attack, p.surrogate), []).append(p)
     for (atk, sur), ps in by.items():
-        lo, hi = _interval(np.mean(np.stack([p.boot_diff for p in ps]), 0))
+        lo, hi = bootstrap_interval(np.mean(np.stack([p.boot_diff for p in ps]), 0))
         diffs0 = [p.diff for p in ps]
         pooled_rows.append({"attack": atk, "surrogate": sur, "n_victims": len(ps), "whitebox_attack": ps[0].whitebox_attack,
                             "whitebox_ladder_max": ps[0].whitebox_ladder_max, "eps_matched": ps[-1].eps_matched * 255,
