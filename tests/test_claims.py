@@ -389,11 +389,11 @@ def test_a_whitebox_claim_reads_the_baseline_off_its_ladder(tmp_path):
     rev = claims_table(load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
                                          a="repr_push", b="ladder:mifgsm")), runs).iloc[0]
     assert rev["cpu_diff"] == pytest.approx(-0.3) and rev["cpu_verdict"] == "does not hold"
+    assert (rev["cpu_asr_a"], rev["cpu_asr_b"]) == pytest.approx((0.1, 0.4))
     # a claim at an eps the attack's run does not have: one line saying so
     with pytest.raises(UserError, match=r"no single-model rows of attack repr_push at eps 4/255"):
         claims_table(load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
                                        a="ladder:mifgsm", b="repr_push", eps="4/255")), runs)
-    assert (rev["cpu_asr_a"], rev["cpu_asr_b"]) == pytest.approx((0.1, 0.4))
     done = export_records(spec, runs, records, log=lambda m: None)
     assert sorted((e.grid, e.cells, e.rows) for e in done) == [("ladder", 3, 6), ("synthetic", 1, 2)]
     pd.testing.assert_frame_equal(claims_table(spec, records), claims_table(spec, runs))

@@ -9,6 +9,7 @@ import datetime as dt
 from pathlib import Path
 
 from ...errors import UserError
+from ..pooling import N_BOOT
 from ..runs import check_out_dir
 
 DEFAULT_CLAIMS = "claims/cifar10.yaml"
@@ -69,7 +70,7 @@ def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
            "negative, or the interval's top below the claim's minimum gain; cannot tell: otherwise. A row compared "
            "at equal white-box success reads the baseline's transfer off its ladder of radii at the white-box "
            "success the attack reached; its interval and p come from the same bootstrap over images, with the "
-           "matching redone in every resample (p: twice the smaller tail, at least 1/2000).")
+           f"matching redone in every resample (p: twice the smaller tail, at least 1/{N_BOOT}).")
     sections = [Section("Claims", [Raw(md, _md_to_html(md))], anchor="claims"),
                 Section("How to read it", [Raw(how, f"<p>{_esc(how)}</p>")], anchor="how")]
     rep = out / "report"

@@ -284,7 +284,7 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
     p_boot = float("nan")
     if np.isfinite(lo):
         d = D[np.isfinite(D)]
-        p_boot = float(min(1.0, max(2 * min(np.mean(d <= 0), np.mean(d >= 0)), 1.0 / len(D))))
+        p_boot = float(min(1.0, max(2 * min(np.mean(d <= 0), np.mean(d >= 0)), 1.0 / len(D))))  # len(D) = N_BOOT resamples
     diff = sign * float(np.mean([p.diff for p in pairs]))
     asr_atk, asr_base = float(np.mean([p.asr_attack for p in pairs])), float(np.mean([p.asr_matched for p in pairs]))
     ge_atk = float(np.mean([p.grad_evals_attack for p in pairs]))
