@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from advtransfer.errors import UserError
-from advtransfer.models.ship import ROBUST_LINE, accuracy_line, line_accuracy
+from advtransfer.models.ship import ROBUST_LINE, accuracy_line, early_stopped, line_accuracy
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "zoo"
@@ -226,6 +226,12 @@ def test_shipped_zoo_is_complete_current_and_checksummed():
         # (vgg_a: 92.1% on the bit-exact 1,000, 90.1% on the same images re-encoded at quality 75)
         t = card["clean_acc_test"]
         assert abs(t["original_est"] - (t["all"] + 0.9 * (t["lossless"] - t["lossless_jpeg"]))) < 1e-9, (name, t)
+        es = early_stopped(card)
+        if es is not None:  # an early-stopped checkpoint is short of the line by design; its run is shipped
+            parent = json.loads((path.parent / f"{name.split('@')[0]}.json").read_text())
+            assert es[0] < es[1] == parent["recipe"]["epochs"] and es[0] in parent["epochs_kept"], (name, es)
+            assert card["clean_acc"] < parent["clean_acc"], (name, "an early-stopped checkpoint below its final weights")
+            continue
         line = accuracy_line(card)
         assert line is not None and line_accuracy(card) >= SHORT_BY_CAPACITY.get(name, line - LINE_SLACK), (name, line, t)
         if card["family"] == "defended":  # the adversarially trained victim: PGD-20 at 8/255 too

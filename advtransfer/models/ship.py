@@ -88,6 +88,15 @@ def accuracy_line(card: dict) -> float | None:
     return ACCURACY_LINES.get(card.get("family", ""))
 
 
+def early_stopped(card: dict) -> tuple[int, int] | None:
+    """(epoch, epochs) when the card is an early-stopped checkpoint ``<entry>@epoch<k>`` (kind
+    ``es``: the weights after epoch k of a run of ``epochs``, trained by its entry), else None."""
+    if card.get("kind") != "es":
+        return None
+    p = card.get("surrogate_params") or {}
+    return int(p["epoch"]), int(p["epochs"])
+
+
 def line_accuracy(card: dict) -> float:
     """The accuracy held against the line: the estimate for the original test set where the card
     has one (``clean_acc_test.original_est``, see :func:`~advtransfer.models.loading.whole_test_accuracy`),
@@ -119,7 +128,10 @@ def shipped_table(size: str) -> str:
         arch = c["arch"] + ("" if not c.get("arch_kwargs") else " " + json.dumps(c["arch_kwargs"], sort_keys=True)
                             .replace('"', "").replace(" ", ""))
         line = accuracy_line(c)
-        if line is None:
+        es = early_stopped(c)
+        if es is not None:  # a kept checkpoint of a finished run: deliberately short of convergence
+            verdict = f"none: the weights after epoch {es[0]} of {es[1]}"
+        elif line is None:
             verdict = "none"
         else:
             gap = 100 * (line_accuracy(c) - line)
@@ -130,5 +142,6 @@ def shipped_table(size: str) -> str:
                         + ("held)" if rob >= ROBUST_LINE else f"{100 * (ROBUST_LINE - rob):.1f} short)"))
         rows.append(f"| `{c['name']}` | {arch} | {c['family']} | {c['n_params']:,} | {100 * c['clean_acc']:.1f}% | "
                     f"{pct(t.get('all'))} | {pct(t.get('original_est'))} | {verdict} | "
-                    f"{c['train_s'] / 60:.0f} min | `{c['sha256'][:12]}` |")
+                    + (f"in `{c['name'].split('@')[0]}`" if es is not None else f"{c['train_s'] / 60:.0f} min")
+                    + f" | `{c['sha256'][:12]}` |")
     return "\n".join([head, *rows])

@@ -58,13 +58,15 @@ def locate(name: str, size: str, cache: str | os.PathLike | None = None) -> tupl
     checksum), else the cache (where training writes)."""
     shipped = shipped_paths(name, size)
     if shipped is not None:
-        from .catalogue import get_spec, split_checkpoint
+        from .catalogue import get_spec
 
         try:
             spec = get_spec(name)
         except UserError:
             spec = None
-        if (spec is not None and split_checkpoint(name)[1] is None and spec.pretrained is None
+        # an early-stopped checkpoint <entry>@epoch<k> is shipped beside its run: without it a
+        # clone that has the shipped entry would find the entry trained but not its checkpoint
+        if (spec is not None and spec.pretrained is None
                 and spec.defence is None and shipped_hash(name, size) == spec.recipe_hash(size)):
             return shipped
     return zoo_paths(name, size, cache)
