@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from advtransfer.errors import UserError
+from advtransfer.models.catalogue import split_checkpoint
 from advtransfer.models.ship import ROBUST_LINE, accuracy_line, early_stopped, line_accuracy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -228,7 +229,7 @@ def test_shipped_zoo_is_complete_current_and_checksummed():
         assert abs(t["original_est"] - (t["all"] + 0.9 * (t["lossless"] - t["lossless_jpeg"]))) < 1e-9, (name, t)
         es = early_stopped(card)
         if es is not None:  # an early-stopped checkpoint is short of the line by design; its run is shipped
-            parent = json.loads((path.parent / f"{name.split('@')[0]}.json").read_text())
+            parent = json.loads((path.parent / f"{split_checkpoint(name)[0]}.json").read_text())
             assert es[0] < es[1] == parent["recipe"]["epochs"] and es[0] in parent["epochs_kept"], (name, es)
             assert card["clean_acc"] < parent["clean_acc"], (name, "an early-stopped checkpoint below its final weights")
             continue

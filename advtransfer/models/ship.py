@@ -15,7 +15,7 @@ from ..errors import UserError
 from ..config import env, shipped_zoo_dir
 from ..resources import source_root
 from ..utils import atomic_path, atomic_write_text, sha256_file
-from .catalogue import get_spec
+from .catalogue import get_spec, split_checkpoint
 from .sources import declared, load_model
 from .store import verify_checksum, zoo_paths
 
@@ -142,6 +142,6 @@ def shipped_table(size: str) -> str:
                         + ("held)" if rob >= ROBUST_LINE else f"{100 * (ROBUST_LINE - rob):.1f} short)"))
         rows.append(f"| `{c['name']}` | {arch} | {c['family']} | {c['n_params']:,} | {100 * c['clean_acc']:.1f}% | "
                     f"{pct(t.get('all'))} | {pct(t.get('original_est'))} | {verdict} | "
-                    + (f"in `{c['name'].split('@')[0]}`" if es is not None else f"{c['train_s'] / 60:.0f} min")
+                    + (f"in `{split_checkpoint(c['name'])[0]}`" if es is not None else f"{c['train_s'] / 60:.0f} min")
                     + f" | `{c['sha256'][:12]}` |")
     return "\n".join([head, *rows])
