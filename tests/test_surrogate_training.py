@@ -118,6 +118,59 @@ def test_lgv_snapshots_differ_and_start_from_the_trained_model(st_models):
     assert min(card["clean_acc_members"].values()) > 0.12
 
 
+def test_lgv_float16_snapshots_round_the_float32_trajectory(tmp_path):
+    """``snapshot_dtype: float16`` (the converged collections' storage) keeps the float32 training
+    trajectory and only rounds the copies: each half-precision snapshot equals the float32 run's
+    snapshot rounded, it is half the bytes on disk, and it loads into a float32 module that
+    classifies like the float32 snapshot (weights move by at most 2^-11 of themselves)."""
+    from dataclasses import replace
+
+    from advtransfer.data import load_cifar10
+    from advtransfer.models.archs import ImageClassifier, build_arch
+    from advtransfer.models.store import read_states, save_states
+    from advtransfer.training.lgv import train_lgv
+
+    data = load_cifar10("train")
+    data = replace(data, x=data.x[:512], y=data.y[:512], lossless=None)
+    recipe = {"_name": "lgv_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
+              "snapshots_per_epoch": 2, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
+
+    def run(**extra):
+        torch.manual_seed(0)
+        net = ImageClassifier(build_arch("tinycnn"))
+        return train_lgv(net, {**recipe, **extra}, data, progress=False)
+
+    full, half = run(), run(snapshot_dtype="float16")
+    assert list(full.states) == list(half.states) == ["s00", "s01"]
+    assert half.meta["surrogate_params"]["snapshot_dtype"] == "float16"
+    assert "snapshot_dtype" not in full.meta["surrogate_params"]  # the default's card is unchanged
+    for m in full.states:
+        for k, v in full.states[m].items():
+            h = half.states[m][k]
+            if v.is_floating_point():
+                assert h.dtype == torch.float16 and torch.equal(h, v.half())
+            else:
+                assert torch.equal(h, v)
+    sha_f = save_states(tmp_path / "f.safetensors", full.states)
+    sha_h = save_states(tmp_path / "h.safetensors", half.states)
+    assert (tmp_path / "h.safetensors").stat().st_size < 0.6 * (tmp_path / "f.safetensors").stat().st_size
+    x, _, _ = load_cifar10("test").tensors(slice(0, 256))
+    for path, sha, states in (("f", sha_f, full.states), ("h", sha_h, half.states)):
+        back = read_states(tmp_path / f"{path}.safetensors", sha, list(states), "lgv_test")
+        nets = []
+        for m in back:
+            net = ImageClassifier(build_arch("tinycnn"))
+            net.load_state_dict(back[m])
+            assert all(p.dtype == torch.float32 for p in net.parameters())
+            nets.append(net.eval())
+        if path == "f":
+            ref = [n(x).argmax(1) for n in nets]
+        else:  # rounding 2^-11 of each weight flips almost no prediction
+            assert all(float((n(x).argmax(1) == r).float().mean()) > 0.97 for n, r in zip(nets, ref))
+    with pytest.raises(UserError, match="snapshot_dtype"):
+        run(snapshot_dtype="bfloat8")
+
+
 def test_swag_samples_differ_from_mean_yet_classify(st_models, test_data):
     x, y, _ = test_data
     card = st_models["resnet20_swag"]
