@@ -118,6 +118,25 @@ def test_lgv_snapshots_differ_and_start_from_the_trained_model(st_models):
     assert min(card["clean_acc_members"].values()) > 0.12
 
 
+def test_an_lgv_collection_ships_as_a_collection(st_models, cache_dir, tmp_path, monkeypatch):
+    """``zoo ship`` takes a collection: its weight sets and card go to the shipped folder, the zoo
+    finds them there from an empty cache, and the shipped table labels it a collection of K weight
+    sets continuing its start (not a single model held to its family's line, and with no
+    whole-test-set estimate: the card's accuracy is the members' mean on test images 0-999)."""
+    from advtransfer.models.ship import ship, shipped_table
+    from advtransfer.models.store import locate
+
+    shipped = tmp_path / "shipped"
+    monkeypatch.setenv("ADVTRANSFER_SHIPPED_ZOO", str(shipped))
+    card = ship("resnet20_lgv", "ci", cache_dir)
+    assert "clean_acc_test" not in card and len(card["members"]) == 3
+    assert locate("resnet20_lgv", "ci", tmp_path / "empty")[0].parent == shipped / "ci"
+    members = zoo.load_members("resnet20_lgv", "ci", tmp_path / "empty")
+    assert len(members) == 3
+    row = next(r for r in shipped_table("ci").splitlines() if r.startswith("| `resnet20_lgv`"))
+    assert "none: 3 lgv weight sets from `resnet20_std`" in row and "| n/a | n/a |" in row
+
+
 def test_lgv_float16_snapshots_round_the_float32_trajectory(tmp_path):
     """``snapshot_dtype: float16`` (the converged collections' storage) keeps the float32 training
     trajectory and only rounds the copies: each half-precision snapshot equals the float32 run's
