@@ -13,7 +13,8 @@ import yaml
 
 from advtransfer.errors import UserError
 from advtransfer.models.catalogue import split_checkpoint
-from advtransfer.models.ship import ROBUST_LINE, accuracy_line, collection_size, early_stopped, line_accuracy
+from advtransfer.models.collections import is_collection
+from advtransfer.models.ship import ROBUST_LINE, accuracy_line, early_stopped, line_accuracy
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "zoo"
@@ -222,11 +223,11 @@ def test_shipped_zoo_is_complete_current_and_checksummed():
         assert card["recipe_hash"] == spec.recipe_hash(size), f"{name}: shipped with a stale recipe"
         text = path.read_text()
         assert "/work" not in text and "/home" not in text and "/root" not in text, "cards name no machine paths"
-        k = collection_size(card)
-        if k is not None:  # a collection (LGV snapshots): its members continue a shipped run
+        if is_collection(card):  # a collection (LGV snapshots): its members continue a shipped run
             parent = card["surrogate_params"]["init_from"]
             assert (path.parent / f"{parent}.json").is_file(), (name, f"continues {parent}, which is not shipped")
             accs = card["clean_acc_members"]
+            k = len(card["members"])
             assert len(accs) == k == card["surrogate_params"]["K"] and card["clean_acc"] == pytest.approx(sum(accs.values()) / k)
             # snapshots at a constant learning rate sit below the converged start, far above chance
             assert 0.5 < min(accs.values()) and max(accs.values()) < 1, (name, accs)
@@ -259,7 +260,7 @@ def test_shipped_model_loads_and_scores_its_card(card_path):
 
     card = json.loads(card_path.read_text())
     x, y, _ = eval_subset(load_cifar10("test"), 1000)
-    if collection_size(card) is not None:  # the first and last weight sets (the checksum covers all)
+    if is_collection(card):  # the first and last weight sets (the checksum covers all)
         members = list(card["clean_acc_members"])
         for i in (0, len(members) - 1):
             model = zoo.load_model(card_path.stem, card_path.parent.name, member=i)

@@ -16,6 +16,7 @@ from ..config import env, shipped_zoo_dir
 from ..resources import source_root
 from ..utils import atomic_path, atomic_write_text, sha256_file
 from .catalogue import get_spec, split_checkpoint
+from .collections import is_collection
 from .sources import declared, load_model
 from .store import verify_checksum, zoo_paths
 
@@ -39,7 +40,7 @@ def ship(name: str, size: str, cache: str | os.PathLike | None = None) -> dict:
         raise UserError(f"model {name!r} in the cache was trained with another recipe than the catalogue's; "
                         f"retrain it (advtransfer zoo train {name} --size {size}) before shipping")
     verify_checksum(weights, card.get("sha256"), name)
-    if (collection_size(card) is None and "original_est" not in (card.get("clean_acc_test") or {})
+    if (not is_collection(card) and "original_est" not in (card.get("clean_acc_test") or {})
             and spec.label_set() == "cifar10"):  # the literature's number (a collection's is its members')
         from .loading import whole_test_accuracy
 
@@ -98,14 +99,6 @@ def early_stopped(card: dict) -> tuple[int, int] | None:
     return int(p["epoch"]), int(p["epochs"])
 
 
-def collection_size(card: dict) -> int | None:
-    """How many weight sets a collection's card holds (LGV snapshots, cSGLD samples), else None:
-    such an entry is attacked one member per iteration and is not held to a single model's line
-    (its card's ``clean_acc`` is the mean over ``clean_acc_members``, on test images 0-999)."""
-    members = card.get("members") or [""]
-    return len(members) if list(members) != [""] else None
-
-
 def line_accuracy(card: dict) -> float:
     """The accuracy held against the line: the estimate for the original test set where the card
     has one (``clean_acc_test.original_est``, see :func:`~advtransfer.models.loading.whole_test_accuracy`),
@@ -139,12 +132,11 @@ def shipped_table(size: str) -> str:
                             .replace('"', "").replace(" ", ""))
         line = accuracy_line(c)
         es = early_stopped(c)
-        k = collection_size(c)
         if es is not None:  # a kept checkpoint of a finished run: deliberately short of convergence
             verdict = f"none: the weights after epoch {es[0]} of {es[1]}"
-        elif k is not None:  # e.g. LGV's snapshots: a set of weights, one drawn per attack step
+        elif is_collection(c):  # e.g. LGV's snapshots: a set of weights, one drawn per attack step
             accs = [100 * a for a in (c.get("clean_acc_members") or {}).values()]
-            verdict = (f"none: {k} {c.get('kind', 'collection')} weight sets from `{(c.get('surrogate_params') or {}).get('init_from', '?')}`"
+            verdict = (f"none: {len(accs) or '?'} {c.get('kind', 'collection')} weight sets from `{(c.get('surrogate_params') or {}).get('init_from', '?')}`"
                        + (f", each {min(accs):.1f}-{max(accs):.1f}% (mean in column 5)" if accs else ""))
         elif line is None:
             verdict = "none"

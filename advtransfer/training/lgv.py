@@ -36,10 +36,11 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     epochs = int(recipe["epochs"])
     k = epochs * int(recipe.get("snapshots_per_epoch", 4))
     dtypes = {"float32": None, "float16": torch.float16}
-    if recipe.get("snapshot_dtype", "float32") not in dtypes:
-        raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r}: snapshot_dtype "
-                        f"{recipe['snapshot_dtype']!r} is not one of {sorted(dtypes)}")
-    dtype = dtypes[recipe.get("snapshot_dtype", "float32")]
+    stored = recipe.get("snapshot_dtype", "float32")
+    if stored not in dtypes:
+        raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r}: snapshot_dtype {stored!r} "
+                        f"is not one of {sorted(dtypes)}")
+    dtype = dtypes[stored]
     snaps: dict = {}
     marks: list[int] = []
 
