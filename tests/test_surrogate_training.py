@@ -209,6 +209,43 @@ def test_swag_samples_differ_from_mean_yet_classify(st_models, test_data):
         assert torch.allclose(_flat(coll.draws()[0]), a)
 
 
+def test_diagonal_only_swag_keeps_no_deviations_and_the_running_moments(tmp_path):
+    """``max_rank: 0`` (the converged recipe; the Li et al. 2023 code stores only the mean and the
+    second moment) keeps no deviation column, and the moments are the plain running averages of the
+    collected weights: the same run with rank 2 stores the same mean and second moment plus its
+    last two deviations. A low-rank draw from a diagonal-only posterior is refused, not faked."""
+    from dataclasses import replace
+
+    from advtransfer.data import load_cifar10
+    from advtransfer.models.archs import ImageClassifier, build_arch
+    from advtransfer.models.collections import SWAGCollection
+    from advtransfer.training.swag import train_swag
+
+    data = load_cifar10("train")
+    data = replace(data, x=data.x[:512], y=data.y[:512], lossless=None)
+    recipe = {"_name": "swag_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
+              "collect_per_epoch": 4, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
+
+    def run(rank: int):
+        torch.manual_seed(0)
+        net = ImageClassifier(build_arch("tinycnn"))
+        return train_swag(net, {**recipe, "max_rank": rank}, data, progress=False)
+
+    diag, low = run(0), run(2)
+    assert sorted(diag.states) == ["mean", "sqmean"] and sorted(low.states) == ["dev00", "dev01", "mean", "sqmean"]
+    assert diag.meta["surrogate_params"]["rank"] == 0 and diag.meta["n_collected"] == low.meta["n_collected"] == 4
+    for k in ("mean", "sqmean"):
+        assert all(torch.equal(diag.states[k][n], low.states[k][n]) for n in diag.states[k])
+    # E[w^2] >= E[w]^2 entry by entry (up to rounding): the variance the sampler takes the root of
+    sq, mean = diag.states["sqmean"], diag.states["mean"]
+    assert all(bool((sq[n] - mean[n] ** 2 >= -1e-6).all()) for n in sq)
+    build = lambda: ImageClassifier(build_arch("tinycnn"))  # noqa: E731
+    with pytest.raises(UserError, match="low-rank SWAG needs"):
+        SWAGCollection(build, diag.states["mean"], diag.states["sqmean"], [], mode="lowrank")
+    coll = SWAGCollection(build, diag.states["mean"], diag.states["sqmean"], [], mode="diag", scale=1.5)
+    assert not torch.allclose(_flat(coll.draws()[0]), _flat(coll.mean_model))
+
+
 def test_csgld_schedule_is_cyclical(st_models):
     total, cycles = 100, 4
     lrs = [csgld_lr(s, total, 0.5, cycles) for s in range(total)]

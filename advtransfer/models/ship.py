@@ -115,7 +115,8 @@ def shipped_table(size: str) -> str:
     bit-exact test images 0-999, on the whole test set and estimated for the original release,
     the family's line, training time on the machine that made them, parameter count and the
     weights' sha256 (its first 12 hex digits). A collection (LGV's snapshots) gets its members'
-    mean on test images 0-999 and its members' range instead of a line."""
+    mean on test images 0-999 and its members' range instead of a line; a SWAG posterior its mean
+    network's accuracy."""
     root = shipped_zoo_dir()
     cards = sorted((root / size).glob("*.json")) if root is not None else []
     if not cards:
@@ -134,6 +135,11 @@ def shipped_table(size: str) -> str:
         es = early_stopped(c)
         if es is not None:  # a kept checkpoint of a finished run: deliberately short of convergence
             verdict = f"none: the weights after epoch {es[0]} of {es[1]}"
+        elif c.get("kind") == "swag":  # a Gaussian over weights: its stored network is the mean
+            sp = c.get("surrogate_params") or {}
+            mode = {"diag": "diagonal", "lowrank": "low-rank"}.get(sp.get("mode", "diag"), sp.get("mode"))
+            verdict = (f"none: a {mode} SWAG posterior from `{sp.get('init_from', '?')}`, the moments of "
+                       f"{sp.get('n_collected', '?')} visited weight sets (column 5: its mean network)")
         elif is_collection(c):  # e.g. LGV's snapshots: a set of weights, one drawn per attack step
             accs = [100 * a for a in (c.get("clean_acc_members") or {}).values()]
             verdict = (f"none: {len(accs) or '?'} {c.get('kind', 'collection')} weight sets from `{(c.get('surrogate_params') or {}).get('init_from', '?')}`"

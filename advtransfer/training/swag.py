@@ -29,7 +29,8 @@ SWAG_MODES = ("diag", "lowrank")
 def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                progress: bool = True) -> TrainOutput:
     """Recipe: ``init_from``, constant ``lr``, ``epochs``, ``collect_per_epoch`` (moment updates per
-    epoch), ``max_rank`` R (deviation columns kept), and the sampling defaults ``scale`` (s, 1.5 for
+    epoch), ``max_rank`` R (deviation columns kept; 0 keeps none: a diagonal-only posterior, as the
+    Li et al. 2023 code stores), and the sampling defaults ``scale`` (s, 1.5 for
     attacks) and ``mode`` (diag or lowrank) that a grid may override."""
     if not recipe.get("init_from"):
         raise UserError(f"SWAG recipe of {recipe.get('_name', '?')!r} needs init_from: a trained zoo entry to start from")
@@ -58,8 +59,9 @@ def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             w = params[n].detach().cpu()
             mean[n] += (w - mean[n]) / c
             sq[n] += (w * w - sq[n]) / c
-        devs.append({n: params[n].detach().cpu() - mean[n] for n in names})
-        del devs[:-rank]
+        if rank:  # (``del devs[:-0]`` would keep every column)
+            devs.append({n: params[n].detach().cpu() - mean[n] for n in names})
+            del devs[:-rank]
 
     fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
     with torch.no_grad():
