@@ -209,11 +209,11 @@ def test_swag_samples_differ_from_mean_yet_classify(st_models, test_data):
         assert torch.allclose(_flat(coll.draws()[0]), a)
 
 
-def test_diagonal_only_swag_keeps_no_deviations_and_the_running_moments(tmp_path):
+def test_diagonal_only_swag_keeps_no_deviations_and_the_same_moments():
     """``max_rank: 0`` (the converged recipe; the Li et al. 2023 code stores only the mean and the
-    second moment) keeps no deviation column, and the moments are the plain running averages of the
-    collected weights: the same run with rank 2 stores the same mean and second moment plus its
-    last two deviations. A low-rank draw from a diagonal-only posterior is refused, not faked."""
+    second moment) keeps no deviation column and changes nothing else: the same run with rank 2
+    stores the same mean and second moment plus its last two deviations. A low-rank draw from a
+    diagonal-only posterior is refused, not faked; a diagonal draw moves away from the mean."""
     from dataclasses import replace
 
     from advtransfer.data import load_cifar10
