@@ -31,6 +31,16 @@ def _flat(m: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in m.parameters()])
 
 
+def _first_train_images(n: int):
+    """The first ``n`` real CIFAR-10 training images as a Split (a training run of seconds)."""
+    from dataclasses import replace
+
+    from advtransfer.data import load_cifar10
+
+    data = load_cifar10("train")
+    return replace(data, x=data.x[:n], y=data.y[:n], lossless=None)
+
+
 def test_sam_step_takes_gradient_at_perturbed_weights(test_data):
     from advtransfer.models.archs import ImageClassifier, build_arch
 
@@ -142,15 +152,12 @@ def test_lgv_float16_snapshots_round_the_float32_trajectory(tmp_path):
     trajectory and only rounds the copies: each half-precision snapshot equals the float32 run's
     snapshot rounded, it is half the bytes on disk, and it loads into a float32 module that
     classifies like the float32 snapshot (weights move by at most 2^-11 of themselves)."""
-    from dataclasses import replace
-
     from advtransfer.data import load_cifar10
     from advtransfer.models.archs import ImageClassifier, build_arch
     from advtransfer.models.store import read_states, save_states
     from advtransfer.training.lgv import train_lgv
 
-    data = load_cifar10("train")
-    data = replace(data, x=data.x[:512], y=data.y[:512], lossless=None)
+    data = _first_train_images(512)
     recipe = {"_name": "lgv_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
               "snapshots_per_epoch": 2, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
 
@@ -214,15 +221,11 @@ def test_diagonal_only_swag_keeps_no_deviations_and_the_same_moments():
     second moment) keeps no deviation column and changes nothing else: the same run with rank 2
     stores the same mean and second moment plus its last two deviations. A low-rank draw from a
     diagonal-only posterior is refused, not faked; a diagonal draw moves away from the mean."""
-    from dataclasses import replace
-
-    from advtransfer.data import load_cifar10
     from advtransfer.models.archs import ImageClassifier, build_arch
     from advtransfer.models.collections import SWAGCollection
     from advtransfer.training.swag import train_swag
 
-    data = load_cifar10("train")
-    data = replace(data, x=data.x[:512], y=data.y[:512], lossless=None)
+    data = _first_train_images(512)
     recipe = {"_name": "swag_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
               "collect_per_epoch": 4, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
 
