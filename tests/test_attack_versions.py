@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from advtransfer.attacks import ATTACKS
 from advtransfer.attacks.base import ATTACK_KINDS
-from advtransfer.attacks.fingerprint import fingerprint
+from advtransfer.attacks.fingerprint import SKETCH_TOL, hash_of, output, same_output, sketch
 
 RECORDED = json.loads((Path(__file__).parent / "attack_fingerprints.json").read_text())
 REFRESH = "make fingerprints"
@@ -25,27 +26,34 @@ def test_attack_has_kind_and_version(name):
 @pytest.mark.parametrize("name", ATTACKS.names())
 def test_output_changes_only_with_a_new_version(name):
     rec = RECORDED.get(name)
-    assert rec is not None, f"attack {name!r} has no recorded fingerprint: run `{REFRESH}`"
+    assert rec is not None and "sketch" in rec, f"attack {name!r} has no recorded fingerprint and sketch: run `{REFRESH}`"
     version = ATTACKS.get(name).version
     assert version >= rec["version"], f"attack {name!r}: version went down from {rec['version']} to {version}"
-    fp = fingerprint(name)
-    if version == rec["version"]:
-        assert fp == rec["fingerprint"], (
-            f"attack {name!r} changed its output but not its version ({version}): bump `version=` in its "
-            f"register_attack line so cached examples of the old code are not reused, then run `{REFRESH}`")
-    else:
+    if version != rec["version"]:
         pytest.fail(f"attack {name!r} is at version {version}, the record at {rec['version']}: run `{REFRESH}`")
+    x_adv, x = output(name)
+    if hash_of(x_adv) == rec["fingerprint"]:
+        return
+    # another machine's kernels round the last bits differently (advtransfer/attacks/fingerprint.py):
+    # a changed hash is float noise when the perturbation's sketch stayed within SKETCH_TOL
+    same, gap = same_output(sketch(x_adv, x), rec["sketch"])
+    assert same, (
+        f"attack {name!r} changed its output but not its version ({version}): its perturbation's sketch moved "
+        f"by {gap:.3g} (float noise of other kernels: <= {SKETCH_TOL:g}); bump `version=` in its register_attack "
+        f"line so cached examples of the old code are not reused, then run `{REFRESH}`")
 
 
 def test_fingerprint_sees_a_one_percent_change_of_step_size():
-    """The fingerprint is sensitive enough to catch a small change of an attack's arithmetic."""
-    from advtransfer.attacks import SurrogateSet, create_attack
-    from advtransfer.attacks.fingerprint import fixed_input
-
-    models, x, y, index = fixed_input()
-    a = create_attack("mifgsm", eps=8 / 255, steps=2)(SurrogateSet(models), x, y, index)
-    b = create_attack("mifgsm", eps=8 / 255, steps=2, alpha=1.01 * 4 / 255)(SurrogateSet(models), x, y, index)
-    assert (a - b).abs().max() > 2 ** -30
+    """Both the hash and the sketch catch a small change of an attack's arithmetic: a 1% larger
+    MI-FGSM step moves the sketch by far more than the float-noise tolerance."""
+    a, x = output("mifgsm")  # 2 steps at 8/255: alpha 4/255
+    b, _ = output("mifgsm", {"alpha": 1.01 * 4 / 255})
+    assert hash_of(a) != hash_of(b)
+    same, gap = same_output(sketch(a, x), sketch(b, x))
+    assert not same and gap > 100 * SKETCH_TOL
+    # and a change at the float-noise level (1e-10 per pixel, what other kernels give) is accepted
+    noisy = a + 1e-10 * torch.randn(a.shape, generator=torch.Generator().manual_seed(0), dtype=a.dtype)
+    assert same_output(sketch(noisy, x), sketch(a, x))[0]
 
 
 def test_alias_resolves_and_is_not_listed():

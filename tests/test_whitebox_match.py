@@ -30,7 +30,9 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
     the white-box level is the ladder's own 4/255 point (or ties with 8/255 at saturation, where
     the smallest radius is the match), so the matched transfer is its 4/255 transfer (the same
     examples) and the difference is exactly 0 in every resample. A
-    representation-space attack gets a matched eps inside the ladder and a finite interval."""
+    representation-space attack gets a matched eps inside the ladder, and a finite interval unless
+    its white-box level sits so near an end of the ladder that over 10% of resamples fall outside
+    it (then NaN, as bootstrap_interval documents)."""
     from advtransfer.cli import main
     from advtransfer.grid import load_grid
     from advtransfer.runner import run_grid
@@ -52,5 +54,13 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
     assert mi["diff_ci_low"] == pytest.approx(0.0, abs=1e-12) and mi["diff_ci_high"] == pytest.approx(0.0, abs=1e-12)
     rp = per[per["attack"] == "repr_push"].iloc[0]
     if np.isfinite(rp["eps_matched"]):  # its white-box level lies inside the ladder
-        assert 1.0 <= rp["eps_matched"] <= 8.0 and rp["diff_ci_low"] <= rp["diff"] <= rp["diff_ci_high"]
+        assert 1.0 <= rp["eps_matched"] <= 8.0
+        if np.isfinite(rp["diff_ci_low"]):
+            assert rp["diff_ci_low"] <= rp["diff"] <= rp["diff_ci_high"]
+        else:  # NaN only as documented: over 10% of the resamples put its white-box level outside the ladder
+            # (measured on one machine's ci models: matched at 1.18/255, just above the ladder's 1/255)
+            from advtransfer.analysis.measures.whitebox_match import matched_pairs
+
+            pair = next(p for p in matched_pairs(runs["atk"], runs["ladder"], ["repr_push"]) if p.victim == rp["victim"])
+            assert np.isnan(pair.boot_diff).mean() > 0.1
     assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(runs["ladder"]), "--attack", "nope"]) == 2
