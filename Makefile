@@ -74,7 +74,8 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(KERNELS) $(BIN)/python -m pytest tests
 
 # The ci grid's golden counts, made by the check's own code path (tests/test_golden.py) at CI's
-# settings (OMP_NUM_THREADS unset; the test pins 2 torch threads); commit results/baselines/ci/.
+# settings (OMP_NUM_THREADS unset; the test pins 2 torch threads), with the ci models they were
+# made with and their kernel probe; commit results/baselines/ci/ (zoo/ included).
 golden-update: $(STAMP)
 	env -u OMP_NUM_THREADS ADVTRANSFER_GOLDEN_UPDATE=1 HF_HUB_OFFLINE=1 $(KERNELS) $(BIN)/python -m pytest tests/test_golden.py -q
 	@echo "baseline refreshed: review 'git diff results/baselines/ci' and commit it"
