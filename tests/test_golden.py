@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.analysis.measures.golden import (COUNTS_FILE, META_FILE, REFRESH_COMMAND, Tolerance, baseline_models,
+from advtransfer.analysis.measures.golden import (COUNTS_FILE, KEY, META_FILE, REFRESH_COMMAND, Tolerance, baseline_models,
                                                   bits_to_hex, check_against_baseline, compare_tables, counts_table,
                                                   failure_message, hex_to_bits, kernel_probe, read_baseline,
                                                   same_kernels, write_baseline)
@@ -119,8 +119,7 @@ def test_ci_run_matches_committed_baseline(golden):
         f"{BASELINE} lacks its models (zoo/) or kernel probe: refresh it with `{REFRESH_COMMAND}`")
     # the run used the baseline's weights (its copies, or the session's when bit-identical); a
     # changed ci recipe makes the copies stale (the grid then trains anew): the baseline must be refreshed
-    t = golden["table"].merge(base, on=["surrogate", "attack_label", "eps_str", "seed", "victim", "replicate"],
-                              suffixes=("", "_base"))
+    t = golden["table"].merge(base, on=list(KEY), suffixes=("", "_base"))
     stale = t[(t["surrogate_sha"] != t["surrogate_sha_base"]) | (t["victim_sha"] != t["victim_sha_base"])]
     assert stale.empty, (f"{len(stale)} rows ran on other weights than the baseline's (a ci recipe changed?): "
                          f"refresh the baseline with `{REFRESH_COMMAND}`")
