@@ -122,8 +122,16 @@ def test_by_victim_and_by_surrogate_read_the_same_records(tmp_path):
     # by victim: "densenet_b resists CWA better than resnet_a" on the images both classify correctly
     # (0..149): CWA fools 80 of them on resnet_a (0..29, 40..89) and 25 on densenet_b (0..4, 11..30)
     spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="victim", a="densenet_b", b="resnet_a", attack="cwa"))
-    r = claims_table(spec, runs).iloc[0]
+    df = claims_table(spec, runs)
+    r = df.iloc[0]
     assert r["cpu_n_pairs"] == 150 and r["cpu_diff"] == pytest.approx((80 - 25) / 150)
+    # each side's ASR is its own victim's (A = densenet_b, the resisting one, lower), and its clean
+    # accuracy on the run's 200 images is the cost column (densenet_b 150, resnet_a 160 correct)
+    assert (r["cpu_asr_a"], r["cpu_asr_b"]) == pytest.approx((25 / 150, 80 / 150))
+    assert r["cpu_diff"] == pytest.approx(r["cpu_asr_b"] - r["cpu_asr_a"])
+    assert (r["cpu_clean_a"], r["cpu_clean_b"]) == pytest.approx((150 / 200, 160 / 200)) and r["cpu_n_sources"] == 1
+    text = format_claims(df, spec.sizes)
+    assert "ASR on A 16.7% vs on B 53.3% from 1 source; clean accuracy A 75.0% vs B 80.0%" in text
     # by surrogate: the baseline's rows relabelled as attack 'cwa' of another surrogate give the
     # by-attack comparison's numbers
     by_attack = claims_table(load_claims(_spec(tmp_path, sizes="[cpu]")), runs).iloc[0]

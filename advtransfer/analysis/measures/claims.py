@@ -337,13 +337,28 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
     for k in np.unique(reps):
         sel = reps == k
         per_rep.append(compare_paired(sa[sel], sb[sel], strata=strata[sel], method="newcombe").diff)
-    return {
+    out = {
         "n_pairs": res.n_pairs, "asr_a": res.asr_a, "asr_b": res.asr_b, "diff": res.diff,
         "ci_low": res.diff_ci_low, "ci_high": res.diff_ci_high, "p": res.p_mcnemar,
         "n_victims": int(m["victim_a" if by_victim else "victim"].nunique()), "n_replicates": len(per_rep),
         "rep_min": float(min(per_rep)), "rep_max": float(max(per_rep)),
         "grad_evals_a": float(m["grad_evals_a"].mean()), "grad_evals_b": float(m["grad_evals_b"].mean()),
     }
+    if by_victim:
+        # the sides as the claim names them: asr_a is the share of the pairs fooling victim a (so
+        # diff = asr_b - asr_a), and each side's clean accuracy on the run's images (mean over its
+        # replicates), the cost a defence pays for its resistance
+        out.update(asr_a=res.asr_b, asr_b=res.asr_a, n_sources=int(m["cell_id"].nunique()),
+                   clean_a=_clean_accuracy(samples, m, "a"), clean_b=_clean_accuracy(samples, m, "b"))
+    return out
+
+
+def _clean_accuracy(samples: Samples, m: pd.DataFrame, side: str) -> float:
+    """Mean over the distinct victims of one side of a ``by: victim`` claim of their clean accuracy
+    on the run's images (in [0, 1]), read from the first cell's per-image records."""
+    cell = m["cell_id"].iloc[0]
+    return float(np.mean([samples.get(cell, v)["clean_correct"].astype(bool).mean()
+                          for v in sorted(m[f"victim_{side}"].unique())]))
 
 
 def claim_verdict(r: dict[str, Any], min_gain: float) -> str:
@@ -378,7 +393,7 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
     ``runs/<size>/<grid name>/``. A size whose run folder is missing leaves its columns empty and
     says so in ``<size>_note``."""
     grid_names = {g: grid_name(g) for g in spec.grid_names()}
-    rows: list[dict[str, Any]] = [{"id": c.id, "claim": c.claim, "paper": c.paper, "setting": c.setting,
+    rows: list[dict[str, Any]] = [{"id": c.id, "by": c.by, "claim": c.claim, "paper": c.paper, "setting": c.setting,
                                    "paper_number": c.paper_number or "", "eps": c.eps_str} for c in spec.claims]
     for size in spec.sizes:
         results: list[dict[str, Any]] = []
@@ -415,6 +430,10 @@ def _p(p: float) -> str:
     return "< 1e-300" if p == 0 else f"{p:.2g}"
 
 
+def _count(n: float, noun: str) -> str:
+    return f"{int(n)} {noun}" + ("" if int(n) == 1 else "s")
+
+
 def _matched_note(r: pd.Series, s: str) -> str:
     """For a ``by: whitebox`` row: the white-box level the baseline was matched at, and where on its ladder."""
     e = r.get(f"{s}_eps_matched")
@@ -441,9 +460,14 @@ def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
                 continue
             reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
                     if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
-            cells.append(f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
-                         f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {_p(r[f'{s}_p_holm'])}{reps}; "
-                         f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
+            head = (f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
+                    f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {_p(r[f'{s}_p_holm'])}{reps}; ")
+            if r.get("by") == "victim":  # the victims are the arms: ASR on each, from the same examples
+                cells.append(head + f"ASR on A {100 * r[f'{s}_asr_a']:.1f}% vs on B {100 * r[f'{s}_asr_b']:.1f}% "
+                             f"from {_count(r[f'{s}_n_sources'], 'source')}; clean accuracy A {100 * r[f'{s}_clean_a']:.1f}% "
+                             f"vs B {100 * r[f'{s}_clean_b']:.1f}%; grad evals/image {r[f'{s}_grad_evals_a']:.0f}")
+                continue
+            cells.append(head + f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
                          f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
                          f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}")
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
