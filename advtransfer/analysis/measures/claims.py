@@ -348,17 +348,10 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
         # the sides as the claim names them: asr_a is the share of the pairs fooling victim a (so
         # diff = asr_b - asr_a), and each side's clean accuracy on the run's images (mean over its
         # replicates), the cost a defence pays for its resistance
+        clean = {s: float(m.drop_duplicates(f"victim_{s}")[f"clean_acc_{s}"].mean()) for s in "ab"}
         out.update(asr_a=res.asr_b, asr_b=res.asr_a, n_sources=int(m["cell_id"].nunique()),
-                   clean_a=_clean_accuracy(samples, m, "a"), clean_b=_clean_accuracy(samples, m, "b"))
+                   clean_a=clean["a"], clean_b=clean["b"])
     return out
-
-
-def _clean_accuracy(samples: Samples, m: pd.DataFrame, side: str) -> float:
-    """Mean over the distinct victims of one side of a ``by: victim`` claim of their clean accuracy
-    on the run's images (in [0, 1]), read from the first cell's per-image records."""
-    cell = m["cell_id"].iloc[0]
-    return float(np.mean([samples.get(cell, v)["clean_correct"].astype(bool).mean()
-                          for v in sorted(m[f"victim_{side}"].unique())]))
 
 
 def claim_verdict(r: dict[str, Any], min_gain: float) -> str:
