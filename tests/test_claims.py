@@ -333,12 +333,15 @@ def test_a_claim_may_differ_per_size(tmp_path, capsys):
 LADDER = {2: (0.3, 0.2), 4: (0.6, 0.4), 8: (0.9, 0.7)}  # eps*255 -> (white-box ASR, transfer ASR) of MI-FGSM
 
 
-def _wb_runs(runs: Path, size: str, second_whitebox: float | None = None) -> None:
+def _wb_runs(runs: Path, size: str, second_whitebox: float | None = None, replicate_transfer: float | None = None) -> None:
     """An attack run (repr_push on surrogate resnet_a: white-box 60%, transfer 10% on densenet_b)
     and a ladder run (MI-FGSM at 2, 4, 8/255 on the same surrogate, images and victims, LADDER's
     rates), all images clean-correct; every success set is the first k images, so the attack's
     white-box level is the ladder's 4/255 point in every bootstrap resample. ``second_whitebox``
-    adds surrogate densenet_b (victim resnet_a) with that white-box level and the same ladder."""
+    adds surrogate densenet_b (victim resnet_a) with that white-box level and the same ladder.
+    ``replicate_transfer`` adds replicate resnet_a@r1 (white-box 60%, that transfer on densenet_b)
+    whose victims also hold its sibling resnet_a, fooled on 90% (same recipe, another seed: not
+    held out), and gives resnet_a the victim resnet_a@r1 the same way."""
     import json
 
     from test_compare import N, _row
@@ -348,21 +351,27 @@ def _wb_runs(runs: Path, size: str, second_whitebox: float | None = None) -> Non
 
     clean = np.ones(N, bool)
     pairs = [("resnet_a", "densenet_b")] + ([("densenet_b", "resnet_a")] if second_whitebox is not None else [])
+    pairs += [("resnet_a@r1", "densenet_b")] if replicate_transfer is not None else []
     for name in ("synthetic", "ladder"):
         run = runs / size / name
         (run / "samples").mkdir(parents=True)
         rows = []
         for sur, held_out in pairs:
             if name == "synthetic":
-                cells = {("repr_push", 8): (0.6 if sur == "resnet_a" else second_whitebox, 0.1)}
+                tr = replicate_transfer if sur.endswith("@r1") else 0.1
+                cells = {("repr_push", 8): (0.6 if sur.startswith("resnet_a") else second_whitebox, tr)}
             else:
                 cells = {("mifgsm", e): v for e, v in LADDER.items()}
             for (attack, e), (wb, tr) in cells.items():
                 cell = f"{attack}{e}{sur}"
                 sam = []
-                for victim, succ in ((sur, first(wb)), (held_out, first(tr))):
+                victims = [(sur, first(wb)), (held_out, first(tr))]
+                if replicate_transfer is not None and sur.startswith("resnet_a"):
+                    victims.append(("resnet_a" if sur.endswith("@r1") else "resnet_a@r1", first(0.9)))
+                for victim, succ in victims:
                     rows.append(_row(attack, attack, cell, victim, clean, succ, surrogate=sur,
-                                     surrogate_base=sur, n_surrogates=1, is_whitebox=victim == sur,
+                                     surrogate_base=sur.partition("@r")[0], replicate=1 if sur.endswith("@r1") else 0,
+                                     n_surrogates=1, is_whitebox=victim == sur,
                                      eps=e / 255, eps_str=f"{e}/255", grad_evals=10, surrogate_kind="single"))
                     sam.append(pd.DataFrame({"cell_id": cell, "victim": victim, "index": np.arange(N),
                                              "clean_correct": clean, "adv_pred": np.where(succ, 3, 1), "success": succ,
@@ -427,3 +436,38 @@ def test_a_surrogate_beyond_its_ladder_is_left_out_and_named(tmp_path):
     assert r["cpu_diff"] == pytest.approx(0.3) and r["cpu_n_surrogates"] == 1
     assert r["cpu_surrogates_unmatched"] == "densenet_b"
     assert "left out, white-box level outside the ladder: densenet_b" in format_claims(df, spec.sizes)
+
+
+def test_a_whitebox_claim_over_replicates_keeps_siblings_out_and_gives_their_range(tmp_path):
+    """Replicate resnet_a@r1 reaches the same 60% white-box (the ladder's 4/255: 40% transfer) and
+    transfers 20% to densenet_b: its own difference is +20 against resnet_a's +30, so the row pools
+    +25 with the replicate range +20..+30. Each replicate's sibling (fooled 90% of the time, above
+    every ladder point's transfer) is the same model at another seed, not a held-out victim: were
+    it counted the pooled difference would move and the victims would be two."""
+    (tmp_path / "ladder.yaml").write_text(GRID.replace("name: synthetic", "name: ladder"))
+    runs = tmp_path / "runs"
+    _wb_runs(runs, "cpu", replicate_transfer=0.2)
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
+                             a="ladder:mifgsm", b="repr_push", surrogates="[resnet_a]"))
+    r = claims_table(spec, runs).iloc[0]
+    assert r["cpu_diff"] == pytest.approx(0.25) and r["cpu_n_victims"] == 1 and r["cpu_n_surrogates"] == 2
+    assert (r["cpu_rep_min"], r["cpu_rep_max"]) == pytest.approx((0.2, 0.3)) and r["cpu_n_replicates"] == 2
+    assert r["cpu_verdict"] == "holds"
+
+
+def test_held_out_victims_exclude_a_surrogates_models_and_their_replicates():
+    """A victim is held out when it is neither one of the surrogate's models nor another seed of
+    one: read from the label (``a@r1``, ``a+b``) and from the model names keying a named set's
+    ``surrogate_params``."""
+    import json
+
+    from advtransfer.analysis.measures.claims import held_out
+
+    ens = json.dumps({"resnet20_a@r1": {"epochs": 26}, "vgg_a@r1": {"epochs": 10}})
+    rows = [("resnet20_a", "", "resnet20_a", True, False), ("resnet20_a", "", "resnet20_a@r1", False, False),
+            ("resnet20_a", "", "vgg_a@r1", False, True), ("resnet20_a@r1", "", "resnet20_a", False, False),
+            ("resnet20_a@r1", "", "resnet20_b", False, True), ("ens3@r1", ens, "vgg_a", False, False),
+            ("ens3@r1", ens, "vgg_b", False, True), ("resnet20_a+vgg_a", "", "vgg_a@r2", False, False),
+            ("lgv", "not json", "resnet20_a", False, True)]
+    df = pd.DataFrame(rows, columns=["surrogate", "surrogate_params", "victim", "is_whitebox", "kept"])
+    assert held_out(df)["kept"].all() and held_out(df)["kept"].sum() == df["kept"].sum()

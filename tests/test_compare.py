@@ -46,7 +46,7 @@ def _row(label: str, attack: str, cell: str, victim: str, clean: np.ndarray, suc
         "attack": attack, "attack_label": label, "attack_params": json.dumps({"steps": 10, "norm": "linf"}),
         "norm": "linf", "eps": 8 / 255, "eps_str": "8/255", "steps": 10, "targeted": False,
         "surrogate": "ens3", "surrogate_base": "ens3", "replicate": 0, "surrogate_kind": "ensemble",
-        "n_surrogates": 3, "victim": victim, "victim_family": FAMILY[victim], "is_whitebox": False,
+        "n_surrogates": 3, "victim": victim, "victim_family": FAMILY[victim.partition("@r")[0]], "is_whitebox": False,
         "n_clean_correct": nc, "n_adv_correct": nc - ns, "n_success": ns, "clean_acc": nc / N,
         "adv_acc": (nc - ns) / N, "asr": ns / nc, "asr_ci_low": lo, "asr_ci_high": hi,
         "linf_max": 8 / 255, "linf_mean": 8 / 255, "l2_mean": 1.2, "l2_median": 1.2,

@@ -28,9 +28,10 @@ the table says why.
 
 For one zoo size the claim's run is ``RUNS/<size>/<grid name>/`` (``advtransfer grid GRID --size
 SIZE --out ...``). Pairs are (victim, replicate, image) triples whose image the victim classifies
-correctly in both rows, over the held-out victims (not among the surrogate's models) at the
-claim's ε. The difference (A − B, in ASR points) is pooled over (victim, replicate) strata with the
-exact stratified test of :func:`~advtransfer.analysis.stats.compare_paired`; its 95% interval is a
+correctly in both rows, over the held-out victims at the claim's ε: neither one of the
+surrogate's models nor another replicate of one (``resnet20_a@r1`` is not held out from a surrogate
+``resnet20_a``, so every replicate of a surrogate meets the same held-out victims). The difference
+(A − B, in ASR points) is pooled over (victim, replicate) strata with the exact stratified test of :func:`~advtransfer.analysis.stats.compare_paired`; its 95% interval is a
 percentile bootstrap that resamples images, so each image's outcomes on all victims and
 replicates stay together (the victims see the same images, so they are not independent). Holm's
 adjustment runs over the claims of one size. The replicate range is the smallest and largest
@@ -205,11 +206,38 @@ def _victim_base(name: str) -> tuple[str, int]:
     return base, int(rep) if rep.isdigit() else 0
 
 
-def claim_rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """The A rows and the B rows of ``claim`` in one run's results (held-out victims only) and the
-    columns that pair them."""
-    df = _at_eps(df, claim.eps)
+def surrogate_model_bases(surrogate: str, params: str = "") -> set[str]:
+    """The models of a surrogate set without replicate suffixes: from its label (``a+b``, ``a@r1``)
+    and from the model names keying its ``surrogate_params`` JSON (a named set such as ``ens3``)."""
+    import json
+
+    names = set(str(surrogate).split("+"))
+    try:
+        p = json.loads(params) if params else {}
+    except ValueError:
+        p = {}
+    if isinstance(p, dict) and p and all(isinstance(v, dict) for v in p.values()):
+        names |= set(p)
+    return {_victim_base(n)[0] for n in names}
+
+
+def held_out(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose victim is held out from the surrogate: not one of its models and not another
+    replicate of one (the sibling ``resnet20_a@r1`` of a surrogate ``resnet20_a`` is the same recipe
+    at another seed, so every replicate of a surrogate keeps the same held-out victims)."""
     df = df[~df["is_whitebox"].astype(bool)]
+    if df.empty:
+        return df
+    params = df["surrogate_params"] if "surrogate_params" in df else pd.Series("", index=df.index)
+    bases = {k: surrogate_model_bases(*k) for k in set(zip(df["surrogate"], params.fillna("")))}
+    keep = [_victim_base(v)[0] not in bases[(s, p)] for v, s, p in zip(df["victim"], df["surrogate"], params.fillna(""))]
+    return df[np.asarray(keep, dtype=bool)]
+
+
+def claim_rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The A rows and the B rows of ``claim`` in one run's results (held-out victims only, see
+    :func:`held_out`) and the columns that pair them."""
+    df = held_out(_at_eps(df, claim.eps))
     if claim.by == "victim":
         df = df[df["attack_label"] == claim.attack] if claim.attack else df
         parts = df["victim"].map(_victim_base)
@@ -286,13 +314,20 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
         d = D[np.isfinite(D)]
         p_boot = float(min(1.0, max(2 * min(np.mean(d <= 0), np.mean(d >= 0)), 1.0 / len(D))))  # len(D) = N_BOOT resamples
     diff = sign * float(np.mean([p.diff for p in pairs]))
+    # the replicate range as in evaluate_claim: the difference over replicate k's pairs alone
+    # (replicate 0 also holds the surrogates trained once)
+    by_rep: dict[int, list[float]] = {}
+    for p in pairs:
+        by_rep.setdefault(_victim_base(p.surrogate)[1], []).append(p.diff)
+    per_rep = [sign * float(np.mean(v)) for v in by_rep.values()]
     asr_atk, asr_base = float(np.mean([p.asr_attack for p in pairs])), float(np.mean([p.asr_matched for p in pairs]))
     ge_atk = float(np.mean([p.grad_evals_attack for p in pairs]))
     ge_base = float(np.mean([p.grad_evals_matched for p in pairs]))
     return {
         "n_pairs": int(sum(p.n_images for p in pairs)), "asr_a": asr_atk if sign > 0 else asr_base,
         "asr_b": asr_base if sign > 0 else asr_atk, "diff": diff, "ci_low": lo, "ci_high": hi,
-        "p": p_boot, "n_victims": len({p.victim for p in pairs}), "n_replicates": 1, "rep_min": diff, "rep_max": diff,
+        "p": p_boot, "n_victims": len({p.victim for p in pairs}),
+        "n_replicates": len(per_rep), "rep_min": min(per_rep), "rep_max": max(per_rep),
         "n_surrogates": len({p.surrogate for p in pairs}),
         "whitebox_attack": float(np.mean([p.whitebox_attack for p in pairs])),
         "eps_matched": float(np.mean([p.eps_matched for p in pairs])),

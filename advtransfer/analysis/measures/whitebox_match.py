@@ -88,13 +88,13 @@ class MatchedPair:
 def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str], baseline: str = "mifgsm",
                   seed: int = 0, eps: float | None = None, surrogates: tuple[str, ...] | None = None,
                   victims: tuple[str, ...] | None = None) -> list[MatchedPair]:
-    """Every (attack, surrogate, held-out victim) of ``run_dir`` matched on ``ladder_dir``'s
-    ``baseline`` ladder at the attack's white-box ASR (see the module docstring), sorted by attack,
-    surrogate and victim; ``eps``, ``surrogates`` and ``victims`` restrict the attack's rows. A
-    surrogate without a white-box row or a ladder of at least two radii (with its white-box rows)
-    is left out, and so is a victim the ladder did not evaluate at every radius. The resamples of
-    the test images are one seeded draw shared by every pair, so pairs can be pooled resample by
-    resample."""
+    """Every (attack, surrogate, held-out victim: neither the surrogate nor a replicate of it) of
+    ``run_dir`` matched on ``ladder_dir``'s ``baseline`` ladder at the attack's white-box ASR (see
+    the module docstring), sorted by attack, surrogate and victim; ``eps``, ``surrogates`` (names
+    or replicate bases) and ``victims`` restrict the attack's rows. A surrogate without a white-box
+    row or a ladder of at least two radii (with its white-box rows) is left out, and so is a victim
+    the ladder did not evaluate at every radius. The resamples of the test images are one seeded
+    draw shared by every pair, so pairs can be pooled resample by resample."""
     res, lad = _read(run_dir), _read(ladder_dir)
     lad = lad[lad["attack_label"] == baseline]
     if lad.empty:
@@ -107,7 +107,7 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
     if eps is not None:
         res = res[np.isclose(res["eps"].astype(float), eps, rtol=0, atol=1e-9)]
     if surrogates is not None:
-        res = res[res["surrogate"].isin(surrogates)]
+        res = res[res["surrogate"].isin(surrogates) | res["surrogate_base"].isin(surrogates)]  # a base: its replicates
     if res.empty:
         raise UserError(f"{run_dir}: no single-model rows of attack {', '.join(attacks)}"
                         + (f" at eps {eps * 255:.4g}/255" if eps is not None else "")
@@ -136,7 +136,8 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
         ladder_w = [pooled(img_l, pos_l, ls[(ls["eps"] == e) & (ls["victim"] == sur)].iloc[0]) for e in radii]
         wl = np.stack([p[3] for p in ladder_w], 1)
         wl0 = np.array([[p[0] for p in ladder_w]])
-        held_out = sub[sub["victim"] != sur]
+        # held out: neither the surrogate nor another replicate of it (resnet20_a@r1 for resnet20_a)
+        held_out = sub[sub["victim"].map(lambda v: str(v).partition("@r")[0]) != str(sur).partition("@r")[0]]
         if victims is not None:
             held_out = held_out[held_out["victim"].isin(victims)]
         for _, r in held_out.sort_values("victim").iterrows():
