@@ -31,10 +31,11 @@ SIZE --out ...``). Pairs are (victim, replicate, image) triples whose image the 
 correctly in both rows, over the held-out victims at the claim's ε: neither one of the
 surrogate's models nor another replicate of one (``resnet20_a@r1`` is not held out from a surrogate
 ``resnet20_a``, so every replicate of a surrogate meets the same held-out victims). The difference
-(A − B, in ASR points) is pooled over (victim, replicate) strata with the exact stratified test of :func:`~advtransfer.analysis.stats.compare_paired`; its 95% interval is a
-percentile bootstrap that resamples images, so each image's outcomes on all victims and
-replicates stay together (the victims see the same images, so they are not independent). Holm's
-adjustment runs over the claims of one size. The replicate range is the smallest and largest
+(A − B, in ASR points) is pooled over (victim, replicate) strata with the exact stratified test of
+:func:`~advtransfer.analysis.stats.compare_paired`; its 95% interval is a percentile bootstrap
+that resamples images, so each image's outcomes on all victims and replicates stay together (the
+victims see the same images, so they are not independent). Holm's adjustment runs over the claims
+of one size. The replicate range is the smallest and largest
 pooled difference of one replicate alone.
 
 Verdict of a claim "A is better than B" at one size:
