@@ -147,27 +147,36 @@ def test_an_lgv_collection_ships_as_a_collection(st_models, cache_dir, tmp_path,
     assert "none: 3 lgv weight sets from `resnet20_std`" in row and "| n/a | n/a |" in row
 
 
-def test_lgv_float16_snapshots_round_the_float32_trajectory(tmp_path):
+@pytest.mark.parametrize("method", ["lgv", "csgld"])
+def test_float16_snapshots_round_the_float32_trajectory(tmp_path, method):
     """``snapshot_dtype: float16`` (the converged collections' storage) keeps the float32 training
     trajectory and only rounds the copies: each half-precision snapshot equals the float32 run's
-    snapshot rounded, it is half the bytes on disk, and it loads into a float32 module that
-    classifies like the float32 snapshot (weights move by at most 2^-11 of themselves)."""
+    snapshot rounded (so the Langevin noise and the training order are the float32 run's too), it
+    is half the bytes on disk, and it loads into a float32 module that classifies like the float32
+    snapshot (weights move by at most 2^-11 of themselves)."""
     from advtransfer.data import load_cifar10
     from advtransfer.models.archs import ImageClassifier, build_arch
     from advtransfer.models.store import read_states, save_states
+    from advtransfer.training.csgld import train_csgld
     from advtransfer.training.lgv import train_lgv
 
     data = _first_train_images(512)
-    recipe = {"_name": "lgv_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
-              "snapshots_per_epoch": 2, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
+    common = {"_name": f"{method}_test", "batch_size": 128, "seed": 3, "weight_decay": 5e-4}
+    if method == "lgv":
+        train, names = train_lgv, ["s00", "s01"]
+        recipe = {**common, "init_from": "x", "lr": 0.05, "epochs": 1, "snapshots_per_epoch": 2, "momentum": 0.9}
+    else:  # 2 cycles of one epoch, noise in the last half of each, 2 samples per cycle
+        train, names = train_csgld, ["c0s0", "c0s1", "c1s0", "c1s1"]
+        recipe = {**common, "lr": 0.5, "momentum": 0.0, "epochs": 2, "cycles": 2, "samples_per_cycle": 2,
+                  "noise_fraction": 0.5}
 
     def run(**extra):
         torch.manual_seed(0)
         net = ImageClassifier(build_arch("tinycnn"))
-        return train_lgv(net, {**recipe, **extra}, data, progress=False)
+        return train(net, {**recipe, **extra}, data, progress=False)
 
     full, half = run(), run(snapshot_dtype="float16")
-    assert list(full.states) == list(half.states) == ["s00", "s01"]
+    assert list(full.states) == list(half.states) == names
     assert half.meta["surrogate_params"]["snapshot_dtype"] == "float16"
     assert "snapshot_dtype" not in full.meta["surrogate_params"]  # the default's card is unchanged
     for m in full.states:
@@ -182,7 +191,7 @@ def test_lgv_float16_snapshots_round_the_float32_trajectory(tmp_path):
     assert (tmp_path / "h.safetensors").stat().st_size < 0.6 * (tmp_path / "f.safetensors").stat().st_size
     x, _, _ = load_cifar10("test").tensors(slice(0, 256))
     for path, sha, states in (("f", sha_f, full.states), ("h", sha_h, half.states)):
-        back = read_states(tmp_path / f"{path}.safetensors", sha, list(states), "lgv_test")
+        back = read_states(tmp_path / f"{path}.safetensors", sha, list(states), f"{method}_test")
         nets = []
         for m in back:
             net = ImageClassifier(build_arch("tinycnn"))

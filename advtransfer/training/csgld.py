@@ -17,7 +17,7 @@ import torch.nn as nn
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, training_subset, register_method
-from .standard import state_copy, fit
+from .standard import fit, snapshot_dtype, stored_copy
 
 
 def csgld_lr(step: int, total: int, lr_max: float, cycles: int) -> float:
@@ -50,13 +50,16 @@ def sample_steps(total: int, cycles: int, per_cycle: int, noise_fraction: float)
 def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                 progress: bool = True) -> TrainOutput:
     """Recipe: ``lr`` (lr_max), ``epochs`` (total), ``cycles``, ``samples_per_cycle``,
-    ``noise_fraction`` (default 0.2), ``temperature`` (default 1), ``momentum`` should be 0."""
+    ``noise_fraction`` (default 0.2), ``temperature`` (default 1), ``momentum`` should be 0.
+    ``snapshot_dtype: float16`` keeps the samples in half precision, as LGV's recipe does (the
+    run is float32; only the stored copies are rounded, at most 2^-11 of each weight)."""
     cycles = int(recipe.get("cycles", 1))
     per = int(recipe.get("samples_per_cycle", 3))
     frac = float(recipe.get("noise_fraction", 0.2))
     temp = float(recipe.get("temperature", 1.0))
     if cycles < 1 or per < 1 or not 0 < frac <= 1:
         raise UserError("cSGLD needs cycles ≥ 1, samples_per_cycle ≥ 1 and 0 < noise_fraction ≤ 1")
+    dtype = snapshot_dtype(recipe, "cSGLD")
     lr_max = float(recipe["lr"])
     n_train = len(training_subset(data, recipe))
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)) + 7919)
@@ -79,11 +82,12 @@ def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                     p.add_(torch.randn(p.shape, generator=gen).to(p.device) * std)
         if step in marks:
             k = min(cycles - 1, int((step - 1) // (total / cycles)))
-            samples[f"c{k}s{sum(n.startswith(f'c{k}s') for n in samples)}"] = state_copy(net)
+            samples[f"c{k}s{sum(n.startswith(f'c{k}s') for n in samples)}"] = stored_copy(net, dtype)
 
     out = fit(net, recipe, data, device, progress, lr_fn=lr_fn, after_step=after_step)
     meta = {**out.meta, "lr_trace": [round(v, 6) for v in lrs[:: max(1, len(lrs) // 200)]],
             "surrogate_params": {"K": len(samples), "cycles": cycles, "samples_per_cycle": per,
                                  "noise_fraction": frac, "temperature": temp, "lr_max": lr_max,
-                                 "epochs": int(recipe["epochs"])}}
+                                 "epochs": int(recipe["epochs"]),
+                                 **({"snapshot_dtype": "float16"} if dtype is not None else {})}}
     return TrainOutput(samples, meta)

@@ -5,13 +5,12 @@ The zoo loads the starting weights from the entry named by the recipe's ``init_f
 """
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, register_method
-from .standard import state_copy, fit
+from .standard import fit, snapshot_dtype, stored_copy
 
 
 def snapshot_steps(total: int, k: int) -> list[int]:
@@ -35,12 +34,7 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r} needs init_from: a trained zoo entry to start from")
     epochs = int(recipe["epochs"])
     k = epochs * int(recipe.get("snapshots_per_epoch", 4))
-    dtypes = {"float32": None, "float16": torch.float16}
-    stored = recipe.get("snapshot_dtype", "float32")
-    if stored not in dtypes:
-        raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r}: snapshot_dtype {stored!r} "
-                        f"is not one of {sorted(dtypes)}")
-    dtype = dtypes[stored]
+    dtype = snapshot_dtype(recipe, "LGV")
     snaps: dict = {}
     marks: list[int] = []
 
@@ -48,10 +42,7 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         if not marks:
             marks.extend(snapshot_steps(total, k))
         if step in marks:
-            state = state_copy(net)
-            if dtype is not None:
-                state = {key: v.to(dtype) if v.is_floating_point() else v for key, v in state.items()}
-            snaps[f"s{len(snaps):02d}"] = state
+            snaps[f"s{len(snaps):02d}"] = stored_copy(net, dtype)
 
     out = fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
     meta = {**out.meta, "surrogate_params": {"K": len(snaps), "lr": float(recipe["lr"]), "epochs": epochs,

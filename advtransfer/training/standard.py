@@ -114,6 +114,29 @@ def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
 
 
+#: how a collection's weight sets may be stored (``snapshot_dtype`` of an LGV or cSGLD recipe)
+SNAPSHOT_DTYPES = {"float32": None, "float16": torch.float16}
+
+
+def snapshot_dtype(recipe: dict, method: str) -> torch.dtype | None:
+    """The recipe's ``snapshot_dtype`` (default ``float32``, kept as trained: ``None``), or a
+    UserError naming the recipe and the accepted values."""
+    stored = recipe.get("snapshot_dtype", "float32")
+    if stored not in SNAPSHOT_DTYPES:
+        raise UserError(f"{method} recipe of {recipe.get('_name', '?')!r}: snapshot_dtype {stored!r} "
+                        f"is not one of {sorted(SNAPSHOT_DTYPES)}")
+    return SNAPSHOT_DTYPES[stored]
+
+
+def stored_copy(net: nn.Module, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """:func:`state_copy`, its floating-point tensors rounded to ``dtype`` when one is given (the
+    training run itself stays in float32: only the copy is rounded)."""
+    state = state_copy(net)
+    if dtype is None:
+        return state
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+
+
 @register_method("standard", version=1)
 def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                    progress: bool = True) -> TrainOutput:
