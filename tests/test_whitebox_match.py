@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from advtransfer.analysis.measures.whitebox_match import _interp
+from advtransfer.analysis.measures.whitebox_match import _interp, check_same_weights
+from advtransfer.errors import UserError
 
 
 def test_interpolation_on_the_ladder():
@@ -23,6 +24,26 @@ def test_interpolation_on_the_ladder():
     # a saturated ladder: the smallest radius reaching the level is the match
     got_t, got_e = _interp(np.array([1.0]), np.array([[0.4, 1.0, 1.0]]), np.array([[0.1, 0.3, 0.5]]), eps)
     assert got_t[0] == pytest.approx(0.3) and got_e[0] == pytest.approx(2.0)
+
+
+def test_runs_on_other_weights_are_not_paired():
+    """Pairing two runs by model name is right only when both evaluated the same weights under it:
+    a ladder run on a retrained zoo must be refused, naming the model, not matched."""
+    def rows(sur_sha: str, vic_sha: str) -> pd.DataFrame:
+        return pd.DataFrame({"surrogate": ["resnet20_a"] * 2, "surrogate_sha": [sur_sha] * 2,
+                             "victim": ["resnet20_a", "vgg_a"], "victim_sha": [sur_sha, vic_sha]})
+
+    check_same_weights(rows("a" * 64, "b" * 64), rows("a" * 64, "b" * 64), "atk", "ladder")  # same zoo
+    check_same_weights(rows("a" * 64, "b" * 64), rows("a" * 64, "b" * 64).drop(columns=["surrogate_sha",
+                       "victim_sha"]), "atk", "ladder")  # a run from before the sha columns: nothing to compare
+    for other in (rows("c" * 64, "b" * 64), rows("a" * 64, "d" * 64)):  # a retrained surrogate, a retrained victim
+        with pytest.raises(UserError, match="different weights of (resnet20_a|vgg_a)") as e:
+            check_same_weights(rows("a" * 64, "b" * 64), other, "atk", "ladder")
+        assert "\n" not in str(e.value) and "same trained zoo" in str(e.value)
+    # one run holding two weights under one name is as ambiguous
+    with pytest.raises(UserError, match="different weights of vgg_a"):
+        check_same_weights(pd.concat([rows("a" * 64, "b" * 64), rows("a" * 64, "d" * 64)]), rows("a" * 64, "b" * 64),
+                           "atk", "ladder")
 
 
 def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained):
@@ -64,3 +85,12 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
             pair = next(p for p in matched_pairs(runs["atk"], runs["ladder"], ["repr_push"]) if p.victim == rp["victim"])
             assert np.isnan(pair.boot_diff).mean() > 0.1
     assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(runs["ladder"]), "--attack", "nope"]) == 2
+    # the same ladder, but as if its victim vgg_a had been retrained: refused, not matched
+    import shutil
+
+    other = tmp_path / "ladder-retrained"
+    shutil.copytree(runs["ladder"], other)
+    res = pd.read_parquet(other / "results.parquet")
+    res.loc[res["victim"] == "vgg_a", "victim_sha"] = "0" * 64
+    res.to_parquet(other / "results.parquet", index=False)
+    assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(other), "--attack", "mi4"]) == 2

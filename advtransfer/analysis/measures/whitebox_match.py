@@ -20,6 +20,10 @@ Intervals: a percentile bootstrap over the test images (one resample of the imag
 row of both runs, 2,000 resamples, seeded), the matching redone in every resample, so the
 interval includes the uncertainty of the white-box level and of the ladder. It does not capture
 model-to-model variation: each surrogate is one trained model.
+
+The two runs are paired by model name, so both must have evaluated the same weights under every
+name they share (``surrogate_sha``, ``victim_sha``): a ladder run on a retrained zoo (another
+machine's cpu zoo, say) is refused with one line rather than matched against the wrong models.
 """
 from __future__ import annotations
 
@@ -52,6 +56,31 @@ def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> t
         out_t[b] = np.interp(w_a[b], wb[keep], t[b][keep])
         out_e[b] = np.interp(w_a[b], wb[keep], eps[keep])
     return out_t, out_e
+
+
+def model_shas(df: pd.DataFrame) -> dict[str, set[str]]:
+    """Model name → the sha256s of its weights in ``df``'s rows (single-model surrogates and
+    victims; a run from before the sha columns gives an empty map)."""
+    out: dict[str, set[str]] = {}
+    for name, sha in (("surrogate", "surrogate_sha"), ("victim", "victim_sha")):
+        if sha in df.columns:
+            for m, h in zip(df[name].astype(str), df[sha]):
+                if isinstance(h, str) and h:
+                    out.setdefault(m, set()).add(h)
+    return out
+
+
+def check_same_weights(a: pd.DataFrame, b: pd.DataFrame, where_a: str | Path, where_b: str | Path) -> None:
+    """One-line :class:`UserError` when rows of ``a`` and ``b`` (two runs about to be paired by model
+    name) hold different weights under one name, or one run several weights under one name."""
+    sa, sb = model_shas(a), model_shas(b)
+    for m in sorted(set(sa) | set(sb)):
+        ha, hb = sa.get(m, set()), sb.get(m, set())
+        if len(ha) > 1 or len(hb) > 1 or (ha and hb and ha != hb):
+            short = lambda h: "+".join(sorted(x[:12] for x in h)) or "none"  # noqa: E731
+            raise UserError(f"{where_a} and {where_b} evaluated different weights of {m} ({short(ha)} vs "
+                            f"{short(hb)}), so pairing them by name would compare other models; run both "
+                            "grids on the same trained zoo into fresh folders")
 
 
 def _read(run_dir: str | Path) -> pd.DataFrame:
@@ -113,6 +142,7 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
                         + (f" at eps {eps * 255:.4g}/255" if eps is not None else "")
                         + (f" on surrogates {', '.join(surrogates)}" if surrogates is not None else "")
                         + "; run the attack's grid at that eps into it")
+    check_same_weights(res, lad[lad["surrogate"].isin(set(res["surrogate"]))], run_dir, ladder_dir)
     img_a, img_l = pooling.Images(run_dir, res), pooling.Images(ladder_dir, lad)
     common = np.intersect1d(img_a.index, img_l.index)
     if len(common) == 0:
