@@ -105,9 +105,20 @@ def trained(cache_dir):
     return get
 
 
-def cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+def first_train_images(n: int):
+    """The first ``n`` real CIFAR-10 training images as a Split (a training run of seconds)."""
+    from dataclasses import replace
+
+    from advtransfer.data import load_cifar10
+
+    data = load_cifar10("train")
+    return replace(data, x=data.x[:n], y=data.y[:n], lossless=None)
+
+
+def cli(*args: str, check: bool = True, env_extra: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "advtransfer", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or "2"},
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or "2",
+                                         **(env_extra or {})},
                           timeout=1200, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")

@@ -17,6 +17,7 @@ from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
 from advtransfer.training.csgld import csgld_lr, cycle_position, sample_steps
 from advtransfer.training.sam import sam_backward
+from conftest import first_train_images
 
 
 @pytest.fixture(scope="session")
@@ -29,16 +30,6 @@ def st_models(cache_dir):
 
 def _flat(m: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in m.parameters()])
-
-
-def _first_train_images(n: int):
-    """The first ``n`` real CIFAR-10 training images as a Split (a training run of seconds)."""
-    from dataclasses import replace
-
-    from advtransfer.data import load_cifar10
-
-    data = load_cifar10("train")
-    return replace(data, x=data.x[:n], y=data.y[:n], lossless=None)
 
 
 def test_sam_step_takes_gradient_at_perturbed_weights(test_data):
@@ -160,7 +151,7 @@ def test_float16_snapshots_round_the_float32_trajectory(tmp_path, method):
     from advtransfer.training.csgld import train_csgld
     from advtransfer.training.lgv import train_lgv
 
-    data = _first_train_images(512)
+    data = first_train_images(512)
     common = {"_name": f"{method}_test", "batch_size": 128, "seed": 3, "weight_decay": 5e-4}
     if method == "lgv":
         train, names = train_lgv, ["s00", "s01"]
@@ -234,7 +225,7 @@ def test_diagonal_only_swag_keeps_no_deviations_and_the_same_moments():
     from advtransfer.models.collections import SWAGCollection
     from advtransfer.training.swag import train_swag
 
-    data = _first_train_images(512)
+    data = first_train_images(512)
     recipe = {"_name": "swag_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
               "collect_per_epoch": 4, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
 

@@ -413,6 +413,9 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
                             f"add {epoch} to its recipe's keep_epochs")
         return card
     recipe = dict(spec.resolved_recipe(size), _name=spec.name)
+    # a resumable method's state after each epoch (training/resume.py): a run cut off continues
+    resume_file = zoo_paths(spec.name, size, cache)[0].parent / ".resume" / f"{spec.name}-{spec.recipe_hash(size)}.pt"
+    recipe["_resume"] = str(resume_file)
     variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)
     if not variant.is_default:  # the declared source, balance, shift and label set
@@ -438,6 +441,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     made_by = provenance(device, threads)
     recipe.pop("_name")
     recipe.pop("_sources", None)
+    recipe.pop("_resume")
     x, y = eval_split(spec.dataset, data_dir, variant)
     images = eval_images_label(x, variant)
     accs = {}
@@ -471,6 +475,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
                      **({"init_from": recipe["init_from"], "head_reinitialised": head_reset}
                         if recipe.get("init_from") else {}))
     write_card(card, cache)
+    resume_file.unlink(missing_ok=True)  # the model is complete: its resume state has served
     return card
 
 

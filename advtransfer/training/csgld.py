@@ -17,6 +17,7 @@ import torch.nn as nn
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, training_subset, register_method
+from .resume import ResumeHooks
 from .standard import fit, snapshot_dtype, stored_copy
 
 
@@ -84,7 +85,16 @@ def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             k = min(cycles - 1, int((step - 1) // (total / cycles)))
             samples[f"c{k}s{sum(n.startswith(f'c{k}s') for n in samples)}"] = stored_copy(net, dtype)
 
-    out = fit(net, recipe, data, device, progress, lr_fn=lr_fn, after_step=after_step)
+    def get_state() -> dict:  # what a resumed run needs besides the loop's state (resume.py)
+        return {"noise_gen": gen.get_state(), "samples": dict(samples), "lrs": list(lrs)}
+
+    def set_state(state: dict) -> None:
+        gen.set_state(state["noise_gen"])
+        samples.clear(), samples.update(state["samples"])
+        lrs[:] = state["lrs"]
+
+    out = fit(net, recipe, data, device, progress, lr_fn=lr_fn, after_step=after_step,
+              resume_hooks=ResumeHooks(get_state, set_state))
     meta = {**out.meta, "lr_trace": [round(v, 6) for v in lrs[:: max(1, len(lrs) // 200)]],
             "surrogate_params": {"K": len(samples), "cycles": cycles, "samples_per_cycle": per,
                                  "noise_fraction": frac, "temperature": temp, "lr_max": lr_max,

@@ -12,6 +12,7 @@ from ..data import Split
 from ..errors import UserError
 from ..utils import parse_fraction
 from .base import TrainOutput, register_method
+from .resume import STATELESS
 from .standard import fit
 
 
@@ -63,7 +64,7 @@ def train_pgd_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     def make_batch(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return pgd_example(net, x, y, eps, alpha, steps, gen)
 
-    out = fit(net, recipe, data, device, progress, make_batch=make_batch)
+    out = fit(net, recipe, data, device, progress, make_batch=make_batch, resume_hooks=STATELESS)
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "at_steps": steps}
     return out

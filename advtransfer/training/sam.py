@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, register_method
+from .resume import STATELESS
 from .standard import fit
 
 
@@ -59,6 +60,6 @@ def train_sam(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     rho = float(recipe["rho"])
     if rho < 0:
         raise UserError(f"SAM rho must be non-negative, got {rho}")
-    out = fit(net, recipe, data, device, progress, backward=sam_backward(rho))
+    out = fit(net, recipe, data, device, progress, backward=sam_backward(rho), resume_hooks=STATELESS)
     out.meta["surrogate_params"] = {"rho": rho, "epochs": int(recipe["epochs"])}
     return out

@@ -6,12 +6,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from .. import faults
 from ..data import Split
 from ..errors import UserError
 from ..rng import seeded
 from ..utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
+from .resume import STATELESS, ResumeFile, ResumeHooks
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -27,7 +29,8 @@ def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: flo
 
 
 def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
-        make_batch=None, on_epoch_end=None, backward=None, lr_fn=None, after_step=None) -> TrainOutput:
+        make_batch=None, on_epoch_end=None, backward=None, lr_fn=None, after_step=None,
+        resume_hooks: ResumeHooks | None = None) -> TrainOutput:
     """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar.
 
     ``make_batch(x, y, gen)`` may replace the clean batch (adversarial training);
@@ -41,13 +44,19 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     clipped) to every training input: the training of randomized smoothing's base (Cohen et al.).
     Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
     state is restored afterwards.
+
+    Resumable (:mod:`advtransfer.training.resume`): with ``resume_hooks`` (the method's own state;
+    :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none) and the zoo's
+    ``recipe["_resume"]`` path, the loop's state is saved after every epoch and a run finding that
+    file continues from it, to the same weights an uninterrupted run gives.
     """
     with seeded(int(recipe.get("seed", 0)), device):
-        return _fit(net, recipe, data, device, progress, make_batch, on_epoch_end, backward, lr_fn, after_step)
+        return _fit(net, recipe, data, device, progress, make_batch, on_epoch_end, backward, lr_fn, after_step,
+                    resume_hooks)
 
 
 def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
-         make_batch, on_epoch_end, backward, lr_fn, after_step) -> TrainOutput:
+         make_batch, on_epoch_end, backward, lr_fn, after_step, resume_hooks) -> TrainOutput:
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     idx = training_subset(data, recipe)
     bs = int(recipe.get("batch_size", 128))
@@ -75,7 +84,21 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     if bad:
         raise UserError(f"keep_epochs {bad} outside 1..{epochs} (the recipe's epochs)")
     checkpoints: dict[str, dict[str, torch.Tensor]] = {}
-    for epoch in range(epochs):
+    resume = ResumeFile(recipe["_resume"], recipe) if resume_hooks is not None and recipe.get("_resume") else None
+    saved = resume.load() if resume is not None else None
+    start, resumed = 0, []
+    if saved is not None:  # the state after epoch `start`: every draw from here on is the uninterrupted run's
+        net.load_state_dict(saved["net"])
+        opt.load_state_dict(saved["opt"])
+        gen.set_state(saved["gen"])
+        torch.set_rng_state(saved["torch_rng"])
+        resume_hooks.set(saved["extra"])
+        start, step, loss_ema = int(saved["epoch"]), int(saved["step"]), saved["loss_ema"]
+        checkpoints = dict(saved["checkpoints"])
+        resumed = [*saved["resumed"], start]
+        bar.update(step)
+    for epoch in range(start, epochs):
+        faults.point("epoch_start")
         for x, y in batches(data, idx, bs, gen, aug):
             x, y = x.to(device), y.to(device)
             if make_batch is not None:
@@ -103,10 +126,14 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             on_epoch_end(epoch + 1, net)
         if epoch + 1 in keep:
             checkpoints[f"epoch{epoch + 1}"] = state_copy(net)
+        if resume is not None:
+            resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": state_copy(net),
+                         "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                         "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed})
     bar.close()
     net.eval()
-    return TrainOutput({"": state_copy(net)}, {"steps": step, "final_train_loss": loss_ema},
-                       checkpoints=checkpoints)
+    meta = {"steps": step, "final_train_loss": loss_ema, **({"resumed_at_epochs": resumed} if resumed else {})}
+    return TrainOutput({"": state_copy(net)}, meta, checkpoints=checkpoints)
 
 
 def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
@@ -142,7 +169,7 @@ def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu
                    progress: bool = True) -> TrainOutput:
     """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
     early-stopped checkpoints as entries ``<name>@epoch<k>``."""
-    out = fit(net, recipe, data, device, progress)
+    out = fit(net, recipe, data, device, progress, resume_hooks=STATELESS)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"])}
     return out
 
@@ -158,6 +185,6 @@ def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu"
     def make_batch(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return fgsm_rs_example(net, x, y, eps, alpha, gen)
 
-    out = fit(net, recipe, data, device, progress, make_batch=make_batch)
+    out = fit(net, recipe, data, device, progress, make_batch=make_batch, resume_hooks=STATELESS)
     out.meta.update(at_eps=eps, at_alpha=alpha)
     return out

@@ -1,0 +1,115 @@
+"""Resumable training (advtransfer.training.resume): a run cut off after an epoch and started
+again gives the weights of the uninterrupted run, bit for bit, because every draw after the
+resume point (data order, augmentation, Langevin noise) comes from the saved generator states."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import cli, first_train_images
+
+
+class Cut(Exception):
+    """The interruption the test injects at an epoch's start."""
+
+
+def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch):
+    """Train a tinycnn with ``method``; with ``cut_at`` the run stops at the start of that epoch
+    (1-based), as a kill would, after the previous epochs' resume state was written."""
+    from advtransfer.models.archs import ImageClassifier, build_arch
+    from advtransfer.training import standard
+    from advtransfer.training.base import train_from_recipe
+
+    seen = []
+
+    def point(name: str) -> None:
+        if name == "epoch_start":
+            seen.append(name)
+            if cut_at is not None and len(seen) == cut_at:
+                raise Cut()
+
+    monkeypatch.setattr(standard.faults, "point", point)
+    torch.manual_seed(0)
+    net = ImageClassifier(build_arch("tinycnn"))
+    return train_from_recipe(net, {**recipe, "method": method}, data, progress=False)
+
+
+@pytest.mark.parametrize("method", ["csgld", "standard", "sam"])
+def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch, method):
+    """Cut at the start of epoch 3 of 3, then run again: every weight set (cSGLD's four samples,
+    two taken before the cut) equals the uninterrupted run's exactly, the learning-rate trace too,
+    the card's meta says where it resumed, and the file is gone only when the zoo writes the card
+    (here it stays: fit alone never deletes it)."""
+    data = first_train_images(384)
+    recipe = {"_name": "resume_test", "batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3,
+              "lr": 0.1, "momentum": 0.9, "schedule": "onecycle", "augment": ["crop", "flip"]}
+    if method == "csgld":  # 2 cycles over 3 epochs: samples in epochs 1-2 (before the cut) and 3
+        recipe.update(lr=0.5, momentum=0.0, cycles=2, samples_per_cycle=2, noise_fraction=0.5)
+    if method == "sam":
+        recipe.update(rho=0.05)
+    whole = _train(method, recipe, data, None, monkeypatch)
+    path = tmp_path / "zoo" / ".resume" / "resume_test.pt"
+    resumable = {**recipe, "_resume": str(path)}
+    with pytest.raises(Cut):
+        _train(method, resumable, data, 3, monkeypatch)
+    saved = torch.load(path, weights_only=True)
+    assert saved["epoch"] == 2 and saved["step"] == 2 * 3  # 384 images at batch 128: 3 steps an epoch
+    if method == "csgld":
+        assert sorted(saved["extra"]["samples"]) == ["c0s0", "c0s1"]  # the first cycle's, taken before the cut
+    again = _train(method, resumable, data, None, monkeypatch)
+    assert list(again.states) == list(whole.states)
+    for m in whole.states:
+        for k, v in whole.states[m].items():
+            assert torch.equal(again.states[m][k], v), (m, k)
+    assert again.meta["resumed_at_epochs"] == [2] and "resumed_at_epochs" not in whole.meta
+    assert again.meta["steps"] == whole.meta["steps"] == 9
+    assert again.meta["final_train_loss"] == whole.meta["final_train_loss"]
+    if method == "csgld":
+        assert again.meta["lr_trace"] == whole.meta["lr_trace"]
+    # without the cut the run writes the state of its last epoch and restarting it trains nothing
+    assert torch.load(path, weights_only=True)["epoch"] == 3
+    third = _train(method, resumable, data, 1, monkeypatch)  # a cut at epoch 1 would fire if it ran one
+    assert all(torch.equal(third.states[m][k], v) for m in whole.states for k, v in whole.states[m].items())
+
+
+def test_a_resume_state_from_another_recipe_is_set_aside(tmp_path, monkeypatch, capsys):
+    """A file written for another recipe (another seed here) is never continued: it is renamed
+    .stale with one line on stderr, and the run starts from the beginning (the uninterrupted
+    run's weights); an unreadable file likewise."""
+    data = first_train_images(256)
+    recipe = {"_name": "resume_test", "batch_size": 128, "seed": 5, "epochs": 2, "lr": 0.1, "momentum": 0.9}
+    path = tmp_path / "r.pt"
+    whole = _train("standard", recipe, data, None, monkeypatch)
+    with pytest.raises(Cut):
+        _train("standard", {**recipe, "seed": 6, "_resume": str(path)}, data, 2, monkeypatch)
+    for damage in (None, b"not a torch file"):
+        if damage:
+            path.write_bytes(damage)
+        capsys.readouterr()
+        again = _train("standard", {**recipe, "_resume": str(path)}, data, None, monkeypatch)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "training from the start" in err[0], err
+        assert "resumed_at_epochs" not in again.meta
+        assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
+        assert path.with_suffix(".stale").is_file()
+
+
+def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path):
+    """End to end, as a user meets it: `advtransfer zoo train` killed (SIGKILL, no cleanup) at the
+    start of cSGLD's second epoch, then run again, writes the weights an uninterrupted run writes
+    (the same sha256 in the card), says in the card that it resumed after epoch 1, and leaves no
+    resume state behind."""
+    cache_a, cache_b = tmp_path / "a", tmp_path / "b"
+    cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_a), "--no-progress")
+    killed = cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress",
+                 check=False, env_extra={"ADVTRANSFER_KILL_AT": "epoch_start:2"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert list((cache_b / "zoo" / "ci" / ".resume").glob("resnet20_csgld-*.pt"))
+    assert not (cache_b / "zoo" / "ci" / "resnet20_csgld.json").exists()  # a half-trained model is never a model
+    cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress")
+    a, b = (json.loads((c / "zoo" / "ci" / "resnet20_csgld.json").read_text()) for c in (cache_a, cache_b))
+    assert b["sha256"] == a["sha256"] and b["clean_acc_members"] == a["clean_acc_members"]
+    assert b["meta"]["resumed_at_epochs"] == [1] and "resumed_at_epochs" not in a["meta"]
+    assert not list((cache_b / "zoo" / "ci" / ".resume").glob("*.pt"))
