@@ -108,7 +108,8 @@ def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path):
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert list((cache_b / "zoo" / "ci" / ".resume").glob("resnet20_csgld-*.pt"))
     assert not (cache_b / "zoo" / "ci" / "resnet20_csgld.json").exists()  # a half-trained model is never a model
-    cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress")
+    again = cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress")
+    assert "resnet20_csgld resumes after epoch 1 of 2" in again.stderr
     a, b = (json.loads((c / "zoo" / "ci" / "resnet20_csgld.json").read_text()) for c in (cache_a, cache_b))
     assert b["sha256"] == a["sha256"] and b["clean_acc_members"] == a["clean_acc_members"]
     assert b["meta"]["resumed_at_epochs"] == [1] and "resumed_at_epochs" not in a["meta"]

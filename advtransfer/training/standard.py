@@ -1,6 +1,8 @@
 """Standard SGD training and FGSM adversarial training with random start (Wong et al., 2020)."""
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -97,6 +99,8 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         checkpoints = dict(saved["checkpoints"])
         resumed = [*saved["resumed"], start]
         bar.update(step)
+        print(f"advtransfer: {recipe.get('_name', 'training')} resumes after epoch {start} of {epochs} "
+              f"(state saved by an earlier run that did not finish)", file=sys.stderr)
     for epoch in range(start, epochs):
         faults.point("epoch_start")
         for x, y in batches(data, idx, bs, gen, aug):
