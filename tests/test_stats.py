@@ -133,3 +133,24 @@ def test_stratified_pooled_and_spread():
     rb = compare_paired(np.array(sa), np.array(sb), strata=np.array(strata),
                         cluster=np.tile(np.arange(100), 2), method="bootstrap")
     assert rb.diff_ci_low < 0.07 < rb.diff_ci_high and rb.method == "bootstrap"
+
+
+def test_cluster_bootstrap_draws_are_kept_not_changed():
+    """The cluster bootstrap keeps its resampling counts per (clusters, resamples, seed), since a
+    claims table asks for the same ones dozens of times: a kept draw gives exactly the interval of
+    a fresh one, for another comparison too, and a large draw (not kept) the same as if kept."""
+    from advtransfer.analysis import stats
+
+    rng = np.random.default_rng(7)
+    cl = rng.integers(0, 300, 2000)
+    a, b = rng.random(2000) < 0.5, rng.random(2000) < 0.4
+    stats._cached_cluster_weights.cache_clear()
+    fresh = stats.paired_bootstrap_ci(a, b, cluster=cl, seed=3)
+    other_fresh = (stats._cached_cluster_weights.cache_clear(), stats.paired_bootstrap_ci(b, a, cluster=cl, seed=3))[1]
+    assert stats.paired_bootstrap_ci(a, b, cluster=cl, seed=3) == fresh  # from the kept draw
+    assert stats._cached_cluster_weights.cache_info().hits == 1
+    assert stats.paired_bootstrap_ci(b, a, cluster=cl, seed=3) == other_fresh
+    assert stats.paired_bootstrap_ci(a, b, cluster=cl, seed=4) != fresh  # another seed, another draw
+    kept = [w for _, w in stats._cached_cluster_weights(300, 100_000, 0)]
+    drawn = [w for _, w in stats._draw_cluster_weights(300, 100_000, 0)]
+    assert all(np.array_equal(x, y) for x, y in zip(kept, drawn)) and len(kept) == len(drawn)

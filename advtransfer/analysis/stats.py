@@ -15,6 +15,7 @@ Also the per-victim summary of the decision-based yardstick's minimal distortion
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -125,13 +126,38 @@ def paired_bootstrap_ci(success_a: np.ndarray, success_b: np.ndarray, cluster: n
         dsum = np.bincount(inv, weights=d, minlength=k)
         nsum = np.bincount(inv, minlength=k).astype(float)
         diffs = np.empty(n_resamples)
-        block = max(1, 2_000_000 // k)  # bounded memory: block x k weights at a time
-        for s in range(0, n_resamples, block):
-            m = min(block, n_resamples - s)
-            w = rng.multinomial(k, np.full(k, 1.0 / k), size=m)
-            diffs[s:s + m] = (w @ dsum) / (w @ nsum)
+        for s, w in _cluster_weights(k, n_resamples, seed):
+            diffs[s:s + len(w)] = (w @ dsum) / (w @ nsum)  # sums of integers: exact in float64
     lo, hi = np.quantile(diffs, [(1 - conf) / 2, (1 + conf) / 2])
     return (float(lo), float(hi))
+
+
+def _cluster_weights(k: int, n_resamples: int, seed: int) -> list[tuple[int, np.ndarray]]:
+    """The cluster bootstrap's resampling counts, ``n_resamples`` multinomial draws of ``k``
+    clusters from ``default_rng(seed)``, as (first row, block) pairs of at most 2,000,000 counts
+    (bounded memory). The draws depend only on (k, n_resamples, seed), and a claims table asks
+    for the same few dozen times (k = the images of a comparison), so small ones are kept
+    (:func:`_cached_cluster_weights`): drawing 10,000 x 1,000 counts takes about half a second."""
+    if k * n_resamples <= 20_000_000:
+        return _cached_cluster_weights(k, n_resamples, seed)
+    return list(_draw_cluster_weights(k, n_resamples, seed))
+
+
+def _draw_cluster_weights(k: int, n_resamples: int, seed: int):
+    rng = np.random.default_rng(seed)
+    block = max(1, 2_000_000 // k)
+    for s in range(0, n_resamples, block):
+        yield s, rng.multinomial(k, np.full(k, 1.0 / k), size=min(block, n_resamples - s))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_cluster_weights(k: int, n_resamples: int, seed: int) -> list[tuple[int, np.ndarray]]:
+    out = []
+    for s, w in _draw_cluster_weights(k, n_resamples, seed):
+        w = w.astype(np.uint16 if k < 2 ** 16 else np.int64)  # counts never exceed k: 20 MB for 10,000 x 1,000
+        w.flags.writeable = False
+        out.append((s, w))
+    return out
 
 
 def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:

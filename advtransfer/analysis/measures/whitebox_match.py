@@ -52,7 +52,7 @@ def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> t
         # np.interp needs strictly increasing x: of several radii with the same white-box level
         # (a saturated ladder: 100% from some ε on) keep the smallest, the weakest attack that fools
         # the surrogate as often
-        keep = np.r_[True, wb[1:] != wb[:-1]]
+        keep = np.concatenate(([True], wb[1:] != wb[:-1]))
         out_t[b] = np.interp(w_a[b], wb[keep], t[b][keep])
         out_e[b] = np.interp(w_a[b], wb[keep], eps[keep])
     return out_t, out_e
