@@ -136,6 +136,9 @@ def test_an_lgv_collection_ships_as_a_collection(st_models, cache_dir, tmp_path,
     assert len(members) == 3
     row = next(r for r in shipped_table("ci").splitlines() if r.startswith("| `resnet20_lgv`"))
     assert "none: 3 lgv weight sets from `resnet20_std`" in row and "| n/a | n/a |" in row
+    ship("resnet20_csgld", "ci", cache_dir)  # a collection with no start: its samples are trained from scratch
+    row = next(r for r in shipped_table("ci").splitlines() if r.startswith("| `resnet20_csgld`"))
+    assert "none: 4 csgld weight sets trained from scratch, each" in row, row
 
 
 @pytest.mark.parametrize("method", ["lgv", "csgld"])

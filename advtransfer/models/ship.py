@@ -140,9 +140,11 @@ def shipped_table(size: str) -> str:
             mode = {"diag": "diagonal", "lowrank": "low-rank"}.get(sp.get("mode", "diag"), sp.get("mode"))
             verdict = (f"none: a {mode} SWAG posterior from `{sp.get('init_from', '?')}`, the moments of "
                        f"{sp.get('n_collected', '?')} visited weight sets (column 5: its mean network)")
-        elif is_collection(c):  # e.g. LGV's snapshots: a set of weights, one drawn per attack step
+        elif is_collection(c):  # LGV's snapshots, cSGLD's samples: a set of weights, one drawn per attack step
             accs = [100 * a for a in (c.get("clean_acc_members") or {}).values()]
-            verdict = (f"none: {len(accs) or '?'} {c.get('kind', 'collection')} weight sets from `{(c.get('surrogate_params') or {}).get('init_from', '?')}`"
+            start = (c.get("surrogate_params") or {}).get("init_from")
+            verdict = (f"none: {len(accs) or '?'} {c.get('kind', 'collection')} weight sets "
+                       + (f"from `{start}`" if start else "trained from scratch")
                        + (f", each {min(accs):.1f}-{max(accs):.1f}% (mean in column 5)" if accs else ""))
         elif line is None:
             verdict = "none"
