@@ -78,8 +78,6 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     total = epochs * steps_per_epoch(len(idx), bs)
     step = 0
     net.to(device).train()
-    bar = tqdm(total=total, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
-               leave=False, mininterval=1.0)
     loss_ema = None
     keep = {int(e) for e in recipe.get("keep_epochs", [])}
     bad = sorted(e for e in keep if not 1 <= e <= epochs)
@@ -98,9 +96,11 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         start, step, loss_ema = int(saved["epoch"]), int(saved["step"]), saved["loss_ema"]
         checkpoints = dict(saved["checkpoints"])
         resumed = [*saved["resumed"], start]
-        bar.update(step)
         print(f"advtransfer: {recipe.get('_name', 'training')} resumes after epoch {start} of {epochs} "
               f"(state saved by an earlier run that did not finish)", file=sys.stderr)
+    # created after a resume so that its rate and time left count this run's steps only
+    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
+               leave=False, mininterval=1.0)
     for epoch in range(start, epochs):
         faults.point("epoch_start")
         for x, y in batches(data, idx, bs, gen, aug):
