@@ -96,26 +96,43 @@ def test_a_resume_state_from_another_recipe_is_set_aside(tmp_path, monkeypatch, 
         assert path.with_suffix(".stale").is_file()
 
 
-def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path, capsys):
+#: a cSGLD entry of seconds (a tiny CNN on 500 images) for the end-to-end kill test
+TINY_CSGLD = """\
+models:
+  - name: tiny_csgld
+    arch: tinycnn
+    arch_kwargs: {width: 8}
+    family: cnn
+    kind: csgld
+    recipe: {optimizer: sgd, lr: 0.5, momentum: 0.0, weight_decay: 5.0e-4, batch_size: 100, augment: [crop, flip],
+             seed: 3, method: csgld, temperature: 1.0,
+             sizes: {ci: {epochs: 2, train_subset: 500, cycles: 2, samples_per_cycle: 2, noise_fraction: 0.5}}}
+"""
+
+
+def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path, monkeypatch, capsys):
     """End to end, as a user meets it: `advtransfer zoo train` killed (SIGKILL, no cleanup) at the
-    start of cSGLD's second epoch leaves a resume state and no model; training the entry again
-    (in process here, to keep the suite short) says that it resumes, writes the weights an
+    start of a cSGLD entry's second epoch leaves a resume state and no model; training the entry
+    again (in process here, to keep the suite short) says that it resumes, writes the weights an
     uninterrupted run writes (the same sha256 in the card), records where it resumed, and leaves no
     resume state behind."""
     from advtransfer.models.catalogue import get_spec
     from advtransfer.models.sources import train_spec
 
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "tiny.yaml").write_text(TINY_CSGLD)
+    monkeypatch.setenv("ADVTRANSFER_ZOO", str(tmp_path / "zoo"))
     cache_a, cache_b = tmp_path / "a", tmp_path / "b"
-    killed = cli("zoo", "train", "resnet20_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress",
+    killed = cli("zoo", "train", "tiny_csgld", "--size", "ci", "--cache-dir", str(cache_b), "--no-progress",
                  check=False, env_extra={"ADVTRANSFER_KILL_AT": "epoch_start:2"})
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert list((cache_b / "zoo" / "ci" / ".resume").glob("resnet20_csgld-*.pt"))
-    assert not (cache_b / "zoo" / "ci" / "resnet20_csgld.json").exists()  # a half-trained model is never a model
-    spec = get_spec("resnet20_csgld")
+    assert list((cache_b / "zoo" / "ci" / ".resume").glob("tiny_csgld-*.pt"))
+    assert not (cache_b / "zoo" / "ci" / "tiny_csgld.json").exists()  # a half-trained model is never a model
+    spec = get_spec("tiny_csgld")
     a = train_spec(spec, "ci", cache_a, progress=False)
     capsys.readouterr()
     b = train_spec(spec, "ci", cache_b, progress=False)
-    assert "resnet20_csgld resumes after epoch 1 of 2" in capsys.readouterr().err
-    assert b["sha256"] == a["sha256"] and b["clean_acc_members"] == a["clean_acc_members"]
+    assert "tiny_csgld resumes after epoch 1 of 2" in capsys.readouterr().err
+    assert len(a["members"]) == 4 and b["sha256"] == a["sha256"] and b["clean_acc_members"] == a["clean_acc_members"]
     assert b["meta"]["resumed_at_epochs"] == [1] and "resumed_at_epochs" not in a["meta"]
     assert not list((cache_b / "zoo" / "ci" / ".resume").glob("*.pt"))
