@@ -4,7 +4,8 @@ process kill itself with SIGKILL (no cleanup, no ``finally``) the k-th time (def
 
 Points: ``trained`` (models ready), ``adv_saved`` (a cell's examples cached), ``samples_written``
 (its per-image table), ``shard_written`` (its rows), ``merge`` (between results.parquet and
-results.csv), ``epoch_start`` (each training epoch; the k-th is after k-1 epochs' resume state). With ``ADVTRANSFER_KILL_ONCE=<file>`` only the first process to create that file
+results.csv), ``epoch_start`` (each training epoch; the k-th comes after k-1 epochs' resume
+state was saved). With ``ADVTRANSFER_KILL_ONCE=<file>`` only the first process to create that file
 is killed (a worker of the local executor, say, whose cells the retry then finishes).
 
 ``ADVTRANSFER_FAIL_AT=<point>[:<key>]`` makes :func:`fail` raise :class:`InjectedFault` at ``point``

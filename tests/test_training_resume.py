@@ -36,7 +36,7 @@ def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch):
     return train_from_recipe(net, {**recipe, "method": method}, data, progress=False)
 
 
-@pytest.mark.parametrize("method", ["csgld", "standard", "sam"])
+@pytest.mark.parametrize("method", ["csgld", "standard", "sam", "pgd_at"])
 def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch, method):
     """Cut at the start of epoch 3 of 3, then run again: every weight set (cSGLD's four samples,
     two taken before the cut) equals the uninterrupted run's exactly, the learning-rate trace too,
@@ -49,6 +49,8 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
         recipe.update(lr=0.5, momentum=0.0, cycles=2, samples_per_cycle=2, noise_fraction=0.5)
     if method == "sam":
         recipe.update(rho=0.05)
+    if method == "pgd_at":  # its random starts come from the data generator, restored with it
+        recipe.update(at_eps="8/255", at_steps=2)
     whole = _train(method, recipe, data, None, monkeypatch)
     path = tmp_path / "zoo" / ".resume" / "resume_test.pt"
     resumable = {**recipe, "_resume": str(path)}

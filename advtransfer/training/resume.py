@@ -1,8 +1,8 @@
 """Resumable training: the SGD loop's state at the end of each epoch, so that a training run cut
 off (a session's end, a kill, a reboot) continues where it stopped rather than from the start.
 
-A converged surrogate can take hours on 2 cores (cSGLD about 80 min a replicate, SAM about 2 h,
-PGD-AT about 10 h), more than one sitting. :func:`advtransfer.training.standard.fit` writes, after
+A converged surrogate can take hours on 2 cores (cSGLD 85-110 min a replicate, measured; SAM
+about 1.5 h and PGD-AT about 10 h, estimated), more than one sitting. :func:`advtransfer.training.standard.fit` writes, after
 every epoch, one file holding everything the rest of the run depends on: the network's and the
 optimiser's state, the data-order/augmentation generator, torch's global generator, the step and
 epoch counters, the kept checkpoints, and the method's own state (cSGLD's samples and noise
@@ -88,6 +88,3 @@ class ResumeFile:
         previous epoch's file."""
         with atomic_path(self.path) as tmp:
             torch.save({**state, "format": FORMAT, "recipe": self.recipe}, tmp)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
