@@ -130,6 +130,12 @@ def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path, monkeyp
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert list((cache_b / "zoo" / "ci" / ".resume").glob("tiny_csgld-*.pt"))
     assert not (cache_b / "zoo" / "ci" / "tiny_csgld.json").exists()  # a half-trained model is never a model
+    from advtransfer.cli import main
+
+    capsys.readouterr()
+    assert main(["zoo", "list", "--size", "ci", "--cache-dir", str(cache_b)]) == 0
+    listed = next(r for r in capsys.readouterr().out.splitlines() if r.startswith("tiny_csgld"))
+    assert "missing (a stopped run resumes after epoch 1 on `zoo train`)" in listed, listed
     spec = get_spec("tiny_csgld")
     a = train_spec(spec, "ci", cache_a, progress=False)
     capsys.readouterr()

@@ -118,7 +118,13 @@ class _Source:
         """How it stands in the cache at ``size``, in words (``zoo list``)."""
         card = read_card(self.name, size, cache)
         if card is None:
-            return "missing"
+            from ..training.resume import saved_epoch
+
+            try:  # a run cut off that `zoo train` resumes (an entry without this size has none)
+                epoch = saved_epoch(resume_path(self.spec, size, cache)) if self.recipe_at(size) else None
+            except UserError:
+                epoch = None
+            return "missing" if epoch is None else f"missing (a stopped run resumes after epoch {epoch} on `zoo train`)"
         current = card.get("recipe_hash") == self.spec.recipe_hash(size)
         state = f"acc {card['clean_acc']:.3f}" if current else "stale (recipe changed)"
         if current and shipped_hash(self.name, size) == card.get("recipe_hash"):
@@ -394,6 +400,12 @@ def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.P
     return card
 
 
+def resume_path(spec: ModelSpec, size: str, cache: Cache = None) -> Path:
+    """Where a resumable training run of ``spec`` at ``size`` keeps its state between epochs
+    (:mod:`advtransfer.training.resume`): in the cache, keyed by the recipe hash."""
+    return zoo_paths(spec.name, size, cache)[0].parent / ".resume" / f"{spec.name}-{spec.recipe_hash(size)}.pt"
+
+
 def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
                data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> dict:
     """Train one zoo entry at ``size`` and write its weights and card atomically; returns the card.
@@ -414,7 +426,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
         return card
     recipe = dict(spec.resolved_recipe(size), _name=spec.name)
     # a resumable method's state after each epoch (training/resume.py): a run cut off continues
-    resume_file = zoo_paths(spec.name, size, cache)[0].parent / ".resume" / f"{spec.name}-{spec.recipe_hash(size)}.pt"
+    resume_file = resume_path(spec, size, cache)
     recipe["_resume"] = str(resume_file)
     variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)

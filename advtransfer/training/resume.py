@@ -53,6 +53,16 @@ def recipe_identity(recipe: dict) -> str:
     return json.dumps({k: v for k, v in recipe.items() if not str(k).startswith("_")}, sort_keys=True, default=str)
 
 
+def saved_epoch(path: str | Path) -> int | None:
+    """The epoch after which the state at ``path`` was saved, or None when there is no readable
+    state there (``zoo list`` shows it; a state from another recipe is keyed by another hash)."""
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+        return int(state["epoch"]) if state.get("format") == FORMAT else None
+    except Exception:  # absent, damaged or not a state file: nothing to resume
+        return None
+
+
 class ResumeFile:
     """The resume state of one training run at ``path`` (see the module docstring)."""
 
