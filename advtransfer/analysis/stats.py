@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -132,15 +132,16 @@ def paired_bootstrap_ci(success_a: np.ndarray, success_b: np.ndarray, cluster: n
     return (float(lo), float(hi))
 
 
-def _cluster_weights(k: int, n_resamples: int, seed: int) -> list[tuple[int, np.ndarray]]:
+def _cluster_weights(k: int, n_resamples: int, seed: int) -> Iterable[tuple[int, np.ndarray]]:
     """The cluster bootstrap's resampling counts, ``n_resamples`` multinomial draws of ``k``
     clusters from ``default_rng(seed)``, as (first row, block) pairs of at most 2,000,000 counts
     (bounded memory). The draws depend only on (k, n_resamples, seed), and a claims table asks
     for the same few dozen times (k = the images of a comparison), so small ones are kept
-    (:func:`_cached_cluster_weights`): drawing 10,000 x 1,000 counts takes about half a second."""
+    (:func:`_cached_cluster_weights`): drawing 10,000 x 1,000 counts takes about half a second.
+    Larger ones are drawn block by block as they are used, never held whole."""
     if k * n_resamples <= 20_000_000:
         return _cached_cluster_weights(k, n_resamples, seed)
-    return list(_draw_cluster_weights(k, n_resamples, seed))
+    return _draw_cluster_weights(k, n_resamples, seed)
 
 
 def _draw_cluster_weights(k: int, n_resamples: int, seed: int):

@@ -92,6 +92,8 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])
         torch.set_rng_state(saved["torch_rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
         resume_hooks.set(saved["extra"])
         start, step, loss_ema = int(saved["epoch"]), int(saved["step"]), saved["loss_ema"]
         checkpoints = dict(saved["checkpoints"])
@@ -133,6 +135,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         if resume is not None:
             resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": state_copy(net),
                          "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                         "cuda_rng": torch.cuda.get_rng_state_all() if str(device).startswith("cuda") else None,
                          "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed})
     bar.close()
     net.eval()
