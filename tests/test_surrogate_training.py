@@ -71,6 +71,37 @@ def test_sam_step_takes_gradient_at_perturbed_weights(test_data):
         p.grad = None
     sam_backward(0.0)(net, x, y, 0.0)
     assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(net.parameters(), g_plain))
+    # the fast method's summed loss (reduction="sum") takes the same step e (g/||g|| is scale-free):
+    # its gradient is the batch size times the mean loss's, not one at another radius
+    for p in net.parameters():
+        p.grad = None
+    sam_backward(rho, reduction="sum")(net, x, y, 0.0)
+    assert all(torch.equal(p, w) for p, w in zip(net.parameters(), w0))
+    assert all(torch.allclose(p.grad, 64 * g, rtol=1e-4, atol=1e-4) for p, g in zip(net.parameters(), g_manual))
+
+
+def test_fast_method_takes_sam_steps_with_rho():
+    """The converged SAM arms are the fast recipe plus ``rho``: same seed and data order, so with
+    rho the weights differ from the standard arm's, rho 0 is the standard arm exactly, and the
+    card's surrogate_params carry rho only when it is set (the shipped fast models' cards keep
+    theirs)."""
+    from advtransfer.models.archs import ImageClassifier, build_arch
+    from advtransfer.training.base import train_from_recipe
+
+    data = first_train_images(512)
+    recipe = {"method": "fast", "batch_size": 128, "seed": 4, "epochs": 2, "lr": 2.0, "momentum": 0.9,
+              "weight_decay": 0.005, "bias_scaler": 1.0, "label_smoothing": 0.1}
+    outs = {}
+    for rho in (None, 0.0, 0.1):
+        torch.manual_seed(0)
+        net = ImageClassifier(build_arch("tinycnn"))
+        outs[rho] = train_from_recipe(net, {**recipe, **({} if rho is None else {"rho": rho})}, data, progress=False)
+    plain, zero, sam = (outs[k].states[""] for k in (None, 0.0, 0.1))
+    assert all(torch.equal(plain[k], zero[k]) for k in plain)
+    assert any(not torch.equal(plain[k], sam[k]) for k in plain if plain[k].is_floating_point())
+    assert outs[None].meta["surrogate_params"] == {"epochs": 2.0} and outs[0.1].meta["surrogate_params"]["rho"] == 0.1
+    with pytest.raises(UserError, match="rho"):
+        train_from_recipe(ImageClassifier(build_arch("tinycnn")), {**recipe, "rho": -0.1}, data, progress=False)
 
 
 def test_sam_entry_trains_and_records_rho(st_models):

@@ -25,6 +25,11 @@ from the recipe so that one net can be ablated:
   (2) pixels with reflection padding, drawn per image each epoch;
 - a large batch (``batch_size``, 1024), the last partial batch dropped; ``epochs`` may be
   fractional (the authors' 9.9): training stops after ⌈steps per epoch × epochs⌉ steps;
+- ``rho`` (not airbench's; absent or 0: off): each step is a sharpness-aware one (SAM, Foret et
+  al. 2021; :func:`~advtransfer.training.sam.sam_backward`): the gradient is taken at
+  w + ρ·g/‖g‖₂ (one norm over every trainable tensor; BatchNorm statistics move on the first pass
+  only), then the step above uses it. Two passes a step. The flat surrogates of the SAM claims at
+  the converged size are the ResNet-20 recipe with this step and nothing else changed;
 - ``keep_epochs: [k]`` (not airbench's) also keeps, as entry ``<name>@epoch<k>``, the weights
   training would end with if it stopped after epoch k (lookahead's average): an early-stopped
   surrogate from the same run, which leaves the final weights unchanged.
@@ -33,6 +38,10 @@ Not taken from airbench: half precision (a CPU trains in fp32), test-time augmen
 that averages over flips and shifts is a defence and would have to be declared one), and the
 data loader's order of random draws (ours come from one generator seeded by the recipe's
 ``seed``, so the same recipe gives the same weights on any machine with the same thread count).
+
+Resumable (:mod:`advtransfer.training.resume`): after every epoch the run saves the network, the
+optimiser, the generator, the lookahead average, the counters and the kept checkpoints; the zoo's
+next ``train`` of the same entry continues from there to the uninterrupted run's weights (tested).
 """
 from __future__ import annotations
 
@@ -43,9 +52,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from .. import faults
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, register_method, training_subset
+from .resume import ResumeFile, continue_from
+from .sam import sam_backward
 
 _WHITEN_IMAGES = 5000
 _LOOKAHEAD_EVERY = 5
@@ -140,6 +152,10 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     groups = _param_groups(net, lr, wd, float(recipe.get("bias_scaler", 64.0)))
     opt = torch.optim.SGD(groups, momentum=momentum, nesterov=True)
     warmup, lr_end = float(recipe.get("warmup", 0.23)), float(recipe.get("lr_end", 0.07))
+    rho = float(recipe.get("rho", 0.0))
+    if rho < 0:
+        raise UserError(f"method fast: rho (the SAM radius) must be >= 0, got {rho}")
+    sam = sam_backward(rho, reduction="sum") if rho > 0 else None
 
     x_all, y_all, _ = data.tensors(idx)  # pixels in [0,1]; the model normalises inside
     if whiten:
@@ -154,10 +170,21 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     net.to(device).train()
     ahead = _Lookahead(net) if recipe.get("lookahead", True) else None
     alphas = 0.95 ** 5 * (torch.arange(total + 1) / total) ** 3
-    bar = tqdm(total=total, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
+    step, loss_ema, start, resumed = 0, None, 0, []
+    resume = ResumeFile(recipe["_resume"], recipe) if recipe.get("_resume") else None
+    saved = resume.load() if resume is not None else None
+    if saved is not None:  # the state after epoch `start`; the draws above were replayed and are overwritten here
+        net.load_state_dict(saved["net"])
+        opt.load_state_dict(saved["opt"])
+        gen.set_state(saved["gen"])
+        if ahead is not None:
+            ahead.avg = {k: v.to(device) for k, v in saved["ahead"].items()}
+        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"),
+                                                                   math.ceil(epochs))
+    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
                leave=False, mininterval=1.0)
-    step, loss_ema = 0, None
-    for epoch in range(math.ceil(epochs)):
+    for epoch in range(start, math.ceil(epochs)):
+        faults.point("epoch_start")
         if whiten:
             inner.whiten.bias.requires_grad_(epoch < whiten_bias_epochs)
         images = _translate(padded, x_all.shape[-1], r, gen) if r else x_all
@@ -174,9 +201,12 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             factor = _lr_factor(step, total, warmup, lr_end)
             for grp in opt.param_groups:
                 grp["lr"] = grp["base_lr"] * factor
-            loss = F.cross_entropy(net(x), y, label_smoothing=ls, reduction="sum")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if sam is None:
+                loss = F.cross_entropy(net(x), y, label_smoothing=ls, reduction="sum")
+                loss.backward()
+            else:
+                loss = sam(net, x, y, ls)
             opt.step()
             step += 1
             if ahead is not None and step % _LOOKAHEAD_EVERY == 0:
@@ -189,6 +219,11 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
                 break
         if epoch + 1 in keep:  # the weights stopping here would give: lookahead's average, not the fast weights
             checkpoints[f"epoch{epoch + 1}"] = _stopped_state(net, ahead)
+        if resume is not None:
+            resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": _copy(net.state_dict()),
+                         "opt": opt.state_dict(), "gen": gen.get_state(),
+                         "ahead": _copy(ahead.avg) if ahead is not None else None,
+                         "checkpoints": checkpoints, "resumed": resumed})
         if step >= total:
             break
     if ahead is not None:
@@ -196,8 +231,14 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     bar.close()
     net.eval()
     state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-    return TrainOutput({"": state}, {"steps": step, "final_train_loss": loss_ema,
-                                     "surrogate_params": {"epochs": epochs}}, checkpoints=checkpoints)
+    params = {"epochs": epochs, **({"rho": rho} if rho > 0 else {})}
+    meta = {"steps": step, "final_train_loss": loss_ema, "surrogate_params": params,
+            **({"resumed_at_epochs": resumed} if resumed else {})}
+    return TrainOutput({"": state}, meta, checkpoints=checkpoints)
+
+
+def _copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def _stopped_state(net: nn.Module, ahead: "_Lookahead | None") -> dict[str, torch.Tensor]:

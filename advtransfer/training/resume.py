@@ -1,21 +1,24 @@
 """Resumable training: the SGD loop's state at the end of each epoch, so that a training run cut
 off (a session's end, a kill, a reboot) continues where it stopped rather than from the start.
 
-A converged surrogate can take hours on 2 cores (cSGLD 85-110 min a replicate, measured; SAM
-about 1.5 h and PGD-AT about 10 h, estimated), more than one sitting. :func:`advtransfer.training.standard.fit` writes, after
-every epoch, one file holding everything the rest of the run depends on: the network's and the
-optimiser's state, the data-order/augmentation generator, torch's global generator, the step and
-epoch counters, the kept checkpoints, and the method's own state (cSGLD's samples and noise
-generator, via :class:`ResumeHooks`). Restarting the same entry loads it and runs the remaining
-epochs, so the weights are bit-identical to an uninterrupted run on the same machine and thread
-count (tested), and the card's ``meta.resumed_at_epochs`` says that it was resumed and where.
+A converged surrogate can take hours on 2 cores (cSGLD 85-110 min a replicate, measured; SAM 80-130
+min from its measured step rate; PGD-AT about 10 h, estimated), more than one sitting.
+:func:`advtransfer.training.standard.fit` writes, after every epoch, one file holding everything the
+rest of the run depends on: the network's and the optimiser's state, the data-order and augmentation
+generator, torch's global generator, the step and epoch counters, the kept checkpoints, and the
+method's own state (cSGLD's samples and noise generator, via :class:`ResumeHooks`). Restarting the
+same entry loads it and runs the remaining epochs, so the weights are bit-identical to an
+uninterrupted run on the same machine and thread count (tested), and the card's
+``meta.resumed_at_epochs`` says that it was resumed and where.
 
 The file lives in the cache beside the weights (``zoo/<size>/.resume/<name>-<recipe hash>.pt``),
 never in the shipped zoo: a half-trained model is never a model. It is read with
 ``torch.load(weights_only=True)``; one from another recipe, or unreadable, is set aside with a
 line on stderr and the run starts from the beginning. The zoo deletes it once the card is written.
-Methods whose hooks keep state elsewhere (LGV's and SWAG's collections) are not resumable and
-train in one go, as before.
+The fast method (airbench's loop, :mod:`advtransfer.training.fast`) saves the same file from its
+own loop, with its lookahead average. The other methods (LGV and SWAG, whose hooks keep
+collections elsewhere; TRADES, SHOT, the ensemble defences) do not pass hooks and train in one
+go, as before.
 """
 from __future__ import annotations
 
@@ -61,6 +64,16 @@ def saved_epoch(path: str | Path) -> int | None:
         return int(state["epoch"]) if state.get("format") == FORMAT else None
     except Exception:  # absent, damaged or not a state file: nothing to resume
         return None
+
+
+def continue_from(saved: dict[str, Any], name: str, epochs: int) -> tuple[int, int, Any, dict, list[int]]:
+    """The loop counters of a loaded state: the epoch it was saved after, the step, the loss average,
+    the kept checkpoints and the epochs resumed at (this one added), after one line on stderr
+    saying that ``name`` resumes and where (``epochs``: the run's whole epochs)."""
+    start = int(saved["epoch"])
+    print(f"advtransfer: {name} resumes after epoch {start} of {epochs} "
+          f"(state saved by an earlier run that did not finish)", file=sys.stderr)
+    return start, int(saved["step"]), saved["loss_ema"], dict(saved["checkpoints"]), [*saved["resumed"], start]
 
 
 class ResumeFile:

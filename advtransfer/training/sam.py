@@ -17,14 +17,16 @@ from .resume import STATELESS
 from .standard import fit
 
 
-def sam_backward(rho: float):
+def sam_backward(rho: float, reduction: str = "mean"):
     """A ``backward(net, x, y, label_smoothing)`` for :func:`~.standard.fit` that leaves SAM's
     gradient (taken at w + ρ·g/‖g‖₂) in ``.grad`` with the weights restored; returns the loss at w.
-    BatchNorm running statistics are updated by the first pass only."""
+    BatchNorm running statistics are updated by the first pass only. ``reduction`` is the loss's
+    over the batch (``mean``; ``sum`` for the fast method's units): the step e does not depend on
+    it (g/‖g‖₂ is scale-free), the gradient left in ``.grad`` is that loss's."""
 
     def backward(net: nn.Module, x: torch.Tensor, y: torch.Tensor, ls: float) -> torch.Tensor:
         params = [p for p in net.parameters() if p.requires_grad]
-        loss = F.cross_entropy(net(x), y, label_smoothing=ls)
+        loss = F.cross_entropy(net(x), y, label_smoothing=ls, reduction=reduction)
         grads = torch.autograd.grad(loss, params)
         norm = torch.norm(torch.stack([g.norm() for g in grads]))
         scale = rho / (norm + 1e-12)
@@ -38,7 +40,7 @@ def sam_backward(rho: float):
         for m in bns:
             m.momentum = 0.0  # the perturbed pass must not move the running statistics
         try:
-            F.cross_entropy(net(x), y, label_smoothing=ls).backward()
+            F.cross_entropy(net(x), y, label_smoothing=ls, reduction=reduction).backward()
         finally:
             for m, mom in zip(bns, moms):
                 m.momentum = mom

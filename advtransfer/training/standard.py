@@ -1,7 +1,6 @@
 """Standard SGD training and FGSM adversarial training with random start (Wong et al., 2020)."""
 from __future__ import annotations
 
-import sys
 
 import torch
 import torch.nn as nn
@@ -15,7 +14,7 @@ from ..rng import seeded
 from ..utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
-from .resume import STATELESS, ResumeFile, ResumeHooks
+from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -95,11 +94,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         if saved.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         resume_hooks.set(saved["extra"])
-        start, step, loss_ema = int(saved["epoch"]), int(saved["step"]), saved["loss_ema"]
-        checkpoints = dict(saved["checkpoints"])
-        resumed = [*saved["resumed"], start]
-        print(f"advtransfer: {recipe.get('_name', 'training')} resumes after epoch {start} of {epochs} "
-              f"(state saved by an earlier run that did not finish)", file=sys.stderr)
+        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"), epochs)
     # created after a resume so that its rate and time left count this run's steps only
     bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
                leave=False, mininterval=1.0)
