@@ -1,12 +1,14 @@
 """Training-step throughput of the converged zoo's architectures: eager (contiguous memory),
-eager channels_last, and torch.compile'd channels_last, measured side by side in one run.
+eager channels_last, torch.compile'd channels_last, and a SAM step (channels_last, two passes: the
+converged SAM arms' step, rho 0.05), measured side by side in one run.
 
 One step = forward, sum-of-CE backward and an SGD (Nesterov) update on a batch of random pixels
 (the cost does not depend on the values), 2 torch threads, fp32. Each variant is warmed up, then
 the median of ``--reps`` rounds of ``--steps`` steps is reported as images/s with its ratio to
 eager. Rounds alternate between variants so that load on a shared machine hits all of them alike.
 
-    python benchmarks/bench_train.py [--archs airbench,resnet] [--batch 512] [--steps 3] [--reps 3]
+    python benchmarks/bench_train.py [--archs airbench,resnet20] [--batch 512] [--steps 3] [--reps 3]
+                                     [--modes eager,channels_last,compiled,sam]
 """
 from __future__ import annotations
 
@@ -34,16 +36,21 @@ ARCHS = {  # name: (registered arch, kwargs) as the converged catalogue builds t
 def _variant(arch: str, kwargs: dict, mode: str):
     from advtransfer.models.archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 
+    from advtransfer.training.sam import sam_backward
+
     torch.manual_seed(0)
     cl = mode != "eager"
     net = ImageClassifier(build_arch(arch, **kwargs), CIFAR10_MEAN, CIFAR10_STD, channels_last=cl).train()
     opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=1e-3, momentum=0.9, nesterov=True)
     fwd = torch.compile(net) if mode == "compiled" else net
+    sam = sam_backward(0.05, reduction="sum") if mode == "sam" else None
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        loss = F.cross_entropy(fwd(x), y, reduction="sum")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if sam is None:
+            F.cross_entropy(fwd(x), y, reduction="sum").backward()
+        else:
+            sam(net, x, y, 0.0)
         opt.step()
 
     return step
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--modes", default="eager,channels_last,compiled")
+    ap.add_argument("--modes", default="eager,channels_last,compiled,sam")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     modes = args.modes.split(",")
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.archs.split(","):
         arch, kwargs = ARCHS[name]
         if arch == "vit":  # the harness never puts attention models in channels_last
-            run_modes = [m for m in modes if m != "channels_last"]
+            run_modes = [m for m in modes if m not in ("channels_last", "sam")]
         else:
             run_modes = modes
         steps, times = {}, {m: [] for m in run_modes}
