@@ -70,6 +70,8 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
         for k, v in whole.states[m].items():
             assert torch.equal(again.states[m][k], v), (m, k)
     assert again.meta["resumed_at_epochs"] == [2] and "resumed_at_epochs" not in whole.meta
+    # the first sitting's seconds (its two epochs) are carried over: the card's time counts both sittings
+    assert 0 < again.meta["train_s_earlier"] == saved["elapsed"] and "train_s_earlier" not in whole.meta
     assert again.meta["steps"] == whole.meta["steps"] == 9
     assert again.meta["final_train_loss"] == whole.meta["final_train_loss"]
     if method == "csgld":
@@ -147,4 +149,19 @@ def test_zoo_train_killed_mid_run_resumes_to_the_same_checksum(tmp_path, monkeyp
     assert "tiny_csgld resumes after epoch 1 of 2" in capsys.readouterr().err
     assert len(a["members"]) == 4 and b["sha256"] == a["sha256"] and b["clean_acc_members"] == a["clean_acc_members"]
     assert b["meta"]["resumed_at_epochs"] == [1] and "resumed_at_epochs" not in a["meta"]
+    # the card's training time counts the killed sitting's finished epoch too
+    assert 0 < b["meta"]["train_s_earlier"] < b["train_s"]
     assert not list((cache_b / "zoo" / "ci" / ".resume").glob("*.pt"))
+
+
+def test_the_shipped_table_says_what_a_resumed_runs_minutes_cover():
+    """A card's time counts every sitting; a state saved before sittings were timed (meta
+    train_s_earlier None) cannot, and the table then names the epochs its minutes cover."""
+    from advtransfer.models.ship import training_time
+
+    card = {"train_s": 600.0, "recipe": {"epochs": 50}, "meta": {"steps": 10}}
+    assert training_time(card) == "10 min"
+    card["meta"] = {"resumed_at_epochs": [2, 8], "train_s_earlier": 300.0}
+    assert training_time(card) == "10 min over 3 sittings"
+    card["meta"] = {"resumed_at_epochs": [8], "train_s_earlier": None}
+    assert training_time(card) == "10 min for epochs 9-50 (resumed; earlier sittings not timed)"

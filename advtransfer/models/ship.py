@@ -8,6 +8,7 @@ folders.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -110,6 +111,21 @@ def line_accuracy(card: dict) -> float:
     return float(card["clean_acc"])
 
 
+def training_time(card: dict) -> str:
+    """The card's training time in minutes, for the shipped table. A run resumed over sittings
+    counts every sitting's finished epochs (``train_s``); one whose earlier sittings did not record
+    their time (states saved before that count existed) says which epochs its minutes cover."""
+    meta = card.get("meta") or {}
+    resumed = meta.get("resumed_at_epochs") or []
+    minutes = f"{card['train_s'] / 60:.0f} min"
+    if not resumed:
+        return minutes
+    if meta.get("train_s_earlier") is None:
+        epochs = math.ceil(float(card["recipe"]["epochs"]))
+        return f"{minutes} for epochs {resumed[-1] + 1}-{epochs} (resumed; earlier sittings not timed)"
+    return f"{minutes} over {len(resumed) + 1} sittings"
+
+
 def shipped_table(size: str) -> str:
     """A Markdown table of the models shipped at ``size``, from their cards: clean accuracy on the
     bit-exact test images 0-999, on the whole test set and estimated for the original release,
@@ -157,6 +173,6 @@ def shipped_table(size: str) -> str:
                         + ("held)" if rob >= ROBUST_LINE else f"{100 * (ROBUST_LINE - rob):.1f} short)"))
         rows.append(f"| `{c['name']}` | {arch} | {c['family']} | {c['n_params']:,} | {100 * c['clean_acc']:.1f}% | "
                     f"{pct(t.get('all'))} | {pct(t.get('original_est'))} | {verdict} | "
-                    + (f"in `{split_checkpoint(c['name'])[0]}`" if es is not None else f"{c['train_s'] / 60:.0f} min")
+                    + (f"in `{split_checkpoint(c['name'])[0]}`" if es is not None else training_time(c))
                     + f" | `{c['sha256'][:12]}` |")
     return "\n".join([head, *rows])

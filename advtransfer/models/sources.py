@@ -450,6 +450,8 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     with pinned_threads(threads):
         out = train_from_recipe(net, recipe, train, device, progress)
     train_s = time.perf_counter() - t0
+    if out.meta.get("resumed_at_epochs"):  # earlier sittings' epochs count too (None: not recorded by them)
+        train_s += out.meta.get("train_s_earlier") or 0.0
     made_by = provenance(device, threads)
     recipe.pop("_name")
     recipe.pop("_sources", None)

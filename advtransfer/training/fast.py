@@ -46,6 +46,7 @@ next ``train`` of the same entry continues from there to the uninterrupted run's
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import torch.nn as nn
@@ -56,7 +57,7 @@ from .. import faults
 from ..data import Split
 from ..errors import UserError
 from .base import TrainOutput, register_method, training_subset
-from .resume import ResumeFile, continue_from
+from .resume import ResumeFile, continue_from, elapsed_so_far
 from .sam import sam_backward
 
 _WHITEN_IMAGES = 5000
@@ -170,7 +171,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     net.to(device).train()
     ahead = _Lookahead(net) if recipe.get("lookahead", True) else None
     alphas = 0.95 ** 5 * (torch.arange(total + 1) / total) ** 3
-    step, loss_ema, start, resumed = 0, None, 0, []
+    step, loss_ema, start, resumed, earlier, t_sitting = 0, None, 0, [], 0.0, time.perf_counter()
     resume = ResumeFile(recipe["_resume"], recipe) if recipe.get("_resume") else None
     saved = resume.load() if resume is not None else None
     if saved is not None:  # the state after epoch `start`; the draws above were replayed and are overwritten here
@@ -181,6 +182,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             ahead.avg = {k: v.to(device) for k, v in saved["ahead"].items()}
         start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"),
                                                                    math.ceil(epochs))
+        earlier = saved.get("elapsed")
     bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
                leave=False, mininterval=1.0)
     for epoch in range(start, math.ceil(epochs)):
@@ -223,7 +225,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": _copy(net.state_dict()),
                          "opt": opt.state_dict(), "gen": gen.get_state(),
                          "ahead": _copy(ahead.avg) if ahead is not None else None,
-                         "checkpoints": checkpoints, "resumed": resumed})
+                         "checkpoints": checkpoints, "resumed": resumed, "elapsed": elapsed_so_far(earlier, t_sitting)})
         if step >= total:
             break
     if ahead is not None:
@@ -233,7 +235,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     params = {"epochs": epochs, **({"rho": rho} if rho > 0 else {})}
     meta = {"steps": step, "final_train_loss": loss_ema, "surrogate_params": params,
-            **({"resumed_at_epochs": resumed} if resumed else {})}
+            **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
     return TrainOutput({"": state}, meta, checkpoints=checkpoints)
 
 

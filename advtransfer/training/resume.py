@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -74,6 +75,13 @@ def continue_from(saved: dict[str, Any], name: str, epochs: int) -> tuple[int, i
     print(f"advtransfer: {name} resumes after epoch {start} of {epochs} "
           f"(state saved by an earlier run that did not finish)", file=sys.stderr)
     return start, int(saved["step"]), saved["loss_ema"], dict(saved["checkpoints"]), [*saved["resumed"], start]
+
+
+def elapsed_so_far(earlier: float | None, t_sitting: float) -> float | None:
+    """Seconds of training up to now over every sitting: ``earlier`` (the saved state's, None when
+    a state written before the count existed was resumed: then unknown) plus this sitting's since
+    ``t_sitting`` (a ``time.perf_counter()`` reading)."""
+    return None if earlier is None else earlier + time.perf_counter() - t_sitting
 
 
 class ResumeFile:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+import time
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -14,7 +16,7 @@ from ..rng import seeded
 from ..utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
-from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from
+from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from, elapsed_so_far
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -85,7 +87,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     checkpoints: dict[str, dict[str, torch.Tensor]] = {}
     resume = ResumeFile(recipe["_resume"], recipe) if resume_hooks is not None and recipe.get("_resume") else None
     saved = resume.load() if resume is not None else None
-    start, resumed = 0, []
+    start, resumed, earlier, t_sitting = 0, [], 0.0, time.perf_counter()
     if saved is not None:  # the state after epoch `start`: every draw from here on is the uninterrupted run's
         net.load_state_dict(saved["net"])
         opt.load_state_dict(saved["opt"])
@@ -95,6 +97,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         resume_hooks.set(saved["extra"])
         start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"), epochs)
+        earlier = saved.get("elapsed")
     # created after a resume so that its rate and time left count this run's steps only
     bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
                leave=False, mininterval=1.0)
@@ -131,10 +134,12 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": state_copy(net),
                          "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
                          "cuda_rng": torch.cuda.get_rng_state_all() if str(device).startswith("cuda") else None,
-                         "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed})
+                         "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed,
+                         "elapsed": elapsed_so_far(earlier, t_sitting)})
     bar.close()
     net.eval()
-    meta = {"steps": step, "final_train_loss": loss_ema, **({"resumed_at_epochs": resumed} if resumed else {})}
+    meta = {"steps": step, "final_train_loss": loss_ema,
+            **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
     return TrainOutput({"": state_copy(net)}, meta, checkpoints=checkpoints)
 
 
