@@ -232,7 +232,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         ahead.update(net, 1.0)
     bar.close()
     net.eval()
-    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    state = _copy(net.state_dict())
     params = {"epochs": epochs, **({"rho": rho} if rho > 0 else {})}
     meta = {"steps": step, "final_train_loss": loss_ema, "surrogate_params": params,
             **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
@@ -240,13 +240,14 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
 
 
 def _copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of a state dict (the network's, or the lookahead average)."""
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def _stopped_state(net: nn.Module, ahead: "_Lookahead | None") -> dict[str, torch.Tensor]:
     """A CPU copy of the state training would end with if it stopped now (``ahead.update(net, 1.0)``
     copies the average into the weights), leaving ``net`` and the average untouched."""
-    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    state = _copy(net.state_dict())
     if ahead is not None:
         for k, avg in ahead.avg.items():
             if avg.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):

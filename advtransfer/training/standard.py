@@ -1,7 +1,6 @@
 """Standard SGD training and FGSM adversarial training with random start (Wong et al., 2020)."""
 from __future__ import annotations
 
-
 import time
 
 import torch
