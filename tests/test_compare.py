@@ -247,3 +247,23 @@ def test_run_without_baselines_points_to_its_grid_reference(tmp_path):
     store.write_manifest({"grid": {"reference": "resnet20_std"}})
     with pytest.raises(UserError, match="--reference resnet20_std"):
         compare_run(tmp_path)
+
+
+def test_paired_outcomes_join_on_the_image_and_refuse_a_duplicate():
+    """The numpy join equals pandas' inner merge (A's order, images clean-correct in both), and an
+    image listed twice for one victim (a damaged samples file) is one clear error, not a guess."""
+    from advtransfer.analysis.measures.compare import paired_outcomes
+    from advtransfer.errors import UserError
+
+    rng = np.random.default_rng(1)
+    a = pd.DataFrame({"index": rng.permutation(40)[:30], "clean_correct": rng.random(30) < 0.8,
+                      "success": rng.random(30) < 0.5})
+    b = pd.DataFrame({"index": rng.permutation(40)[:25], "clean_correct": rng.random(25) < 0.8,
+                      "success": rng.random(25) < 0.5})
+    m = a.merge(b, on="index", suffixes=("_a", "_b"))
+    m = m[m["clean_correct_a"] & m["clean_correct_b"]]
+    idx, sa, sb = paired_outcomes(a, b)
+    assert 0 < len(idx) < 25
+    assert list(idx) == list(m["index"]) and list(sa) == list(m["success_a"]) and list(sb) == list(m["success_b"])
+    with pytest.raises(UserError, match="lists an image twice"):
+        paired_outcomes(pd.concat([a, a.iloc[:1]]), b)

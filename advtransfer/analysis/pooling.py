@@ -27,6 +27,7 @@ class Images:
 
         self.store = RunStore(run_dir)
         self._cache: dict[str, pd.DataFrame] = {}
+        self._rows: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
         ids = []
         for cid in res["cell_id"].unique():
             ids.append(self._cell(cid)["index"].to_numpy())
@@ -40,19 +41,25 @@ class Images:
 
     def row(self, cell_id: str, victim: str) -> tuple[np.ndarray, np.ndarray]:
         """(success, clean_correct) as int arrays on the run's image axis (0 where not evaluated)."""
-        df = self._cell(cell_id)
-        df = df[df["victim"] == victim]
-        s, c = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
-        pos = np.array([self.pos[int(i)] for i in df["index"]], dtype=np.int64)
-        s[pos] = df["success"].to_numpy(dtype=bool)
-        c[pos] = df["clean_correct"].to_numpy(dtype=bool)
-        return s, c
+        if (cell_id, victim) not in self._rows:
+            for v, df in self._cell(cell_id).groupby("victim", sort=False):  # every victim of the cell at once
+                s, c = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
+                pos = np.searchsorted(self.index, df["index"].to_numpy())  # self.index: sorted, holds them all
+                s[pos] = df["success"].to_numpy(dtype=bool)
+                c[pos] = df["clean_correct"].to_numpy(dtype=bool)
+                s.flags.writeable = c.flags.writeable = False
+                self._rows[(cell_id, str(v))] = (s, c)
+            if (cell_id, victim) not in self._rows:
+                z = np.zeros(len(self.index), np.int64)
+                z.flags.writeable = False
+                self._rows[(cell_id, victim)] = (z, z)
+        return self._rows[(cell_id, victim)]
 
     def summed(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(successes, clean-correct) per image, summed over the (cell_id, victim) pairs of ``rows``."""
         S, C = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
         for r in rows.itertuples():
-            s, c = self.row(r.cell_id, r.victim)
+            s, c = self.row(r.cell_id, str(r.victim))
             S, C = S + s, C + c
         return S, C
 
@@ -68,10 +75,13 @@ def pooled(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[float, float, f
     resampling weights ``W`` (from :func:`boot_weights`); also the B resampled values."""
     tot = C.sum()
     asr = S.sum() / tot if tot else float("nan")
-    den = W @ C
+    # one pass over W for both sums (sums of integers: exact in float64 in any order)
+    num, den = (W @ np.stack([S, C], 1).astype(np.float64)).T
     with np.errstate(invalid="ignore", divide="ignore"):
-        boots = np.where(den > 0, (W @ S) / np.where(den > 0, den, 1), np.nan)
-    lo, hi = (np.nanpercentile(boots, [2.5, 97.5]) if np.isfinite(boots).any() else (np.nan, np.nan))
+        boots = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    finite = np.isfinite(boots)
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if finite.all()
+              else np.nanpercentile(boots, [2.5, 97.5]) if finite.any() else (np.nan, np.nan))
     return float(asr), float(lo), float(hi), boots
 
 

@@ -126,8 +126,10 @@ def paired_bootstrap_ci(success_a: np.ndarray, success_b: np.ndarray, cluster: n
         dsum = np.bincount(inv, weights=d, minlength=k)
         nsum = np.bincount(inv, minlength=k).astype(float)
         diffs = np.empty(n_resamples)
+        both = np.stack([dsum, nsum], 1)
         for s, w in _cluster_weights(k, n_resamples, seed):
-            diffs[s:s + len(w)] = (w @ dsum) / (w @ nsum)  # sums of integers: exact in float64
+            num, den = (w @ both).T  # one pass over the counts; sums of integers: exact in float64
+            diffs[s:s + len(w)] = num / den
     lo, hi = np.quantile(diffs, [(1 - conf) / 2, (1 + conf) / 2])
     return (float(lo), float(hi))
 

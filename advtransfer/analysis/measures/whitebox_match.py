@@ -45,16 +45,28 @@ def _interp(w_a: np.ndarray, w: np.ndarray, t: np.ndarray, eps: np.ndarray) -> t
     w = np.maximum.accumulate(np.nan_to_num(w, nan=-1.0), axis=1)
     t = np.maximum.accumulate(np.nan_to_num(t, nan=-1.0), axis=1)
     out_t, out_e = np.full(len(w_a), np.nan), np.full(len(w_a), np.nan)
-    for b in range(len(w_a)):
-        wb = w[b]
-        if not np.isfinite(w_a[b]) or w_a[b] < wb[0] or w_a[b] > wb[-1] or wb[0] < 0:
-            continue
-        # np.interp needs strictly increasing x: of several radii with the same white-box level
-        # (a saturated ladder: 100% from some ε on) keep the smallest, the weakest attack that fools
-        # the surrogate as often
-        keep = np.concatenate(([True], wb[1:] != wb[:-1]))
-        out_t[b] = np.interp(w_a[b], wb[keep], t[b][keep])
-        out_e[b] = np.interp(w_a[b], wb[keep], eps[keep])
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(w_a) & (w_a >= w[:, 0]) & (w_a <= w[:, -1]) & (w[:, 0] >= 0)
+    if not ok.any():
+        return out_t, out_e
+    # np.interp per resample, vectorised: of several radii with the same white-box level (a
+    # saturated ladder: 100% from some eps on) the smallest counts, the weakest attack that fools
+    # the surrogate as often. j: the first radius at or above the level; where it is above, the
+    # segment starts at the first radius of the level just below (what np.interp sees once equal
+    # levels are dropped), and the value is np.interp's slope * (x - x_i) + y_i.
+    rows = np.flatnonzero(ok)
+    wr, tr, x = w[rows], t[rows], w_a[rows]
+    K = w.shape[1]
+    j = np.minimum((wr < x[:, None]).sum(1), K - 1)
+    first = np.argmax(wr == wr[np.arange(len(rows)), np.maximum(j - 1, 0)][:, None], axis=1)
+    exact = wr[np.arange(len(rows)), j] == x
+    i = np.where(exact, j, first)
+    xi, xj = wr[np.arange(len(rows)), i], wr[np.arange(len(rows)), j]
+    for vals, out in ((tr, out_t), (np.broadcast_to(eps, wr.shape), out_e)):
+        yi, yj = vals[np.arange(len(rows)), i], vals[np.arange(len(rows)), j]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = (yj - yi) / (xj - xi)
+            out[rows] = np.where(exact, yj, slope * (x - xi) + yi)
     return out_t, out_e
 
 
@@ -151,9 +163,14 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
     pos_a = np.searchsorted(img_a.index, common)
     pos_l = np.searchsorted(img_l.index, common)
 
-    def pooled(images: pooling.Images, pos: np.ndarray, row: pd.Series) -> tuple:
-        s, c = images.row(row["cell_id"], row["victim"])
+    def pooled(images: pooling.Images, pos: np.ndarray, cell_id: str, victim: str) -> tuple:
+        s, c = images.row(cell_id, victim)
         return pooling.pooled(s[pos], c[pos], W)
+
+    def by_eps(rows: pd.DataFrame) -> dict[float, tuple[str, str]]:
+        """eps -> (cell_id, victim) of the first of ``rows`` at that radius (a lookup per radius
+        instead of a pandas filter: this loop dominated ``make claims``)."""
+        return dict(zip(rows["eps"].iloc[::-1], zip(rows["cell_id"].iloc[::-1], rows["victim"].iloc[::-1])))
 
     out: list[MatchedPair] = []
     for (atk, sur), sub in res.groupby(["attack_label", "surrogate"], sort=True):
@@ -162,8 +179,9 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
         if wb.empty or ls.empty or (ls["victim"] == sur).sum() < 2:
             continue
         radii = np.array(sorted(ls["eps"].unique()))
-        w_a = pooled(img_a, pos_a, wb.iloc[0])
-        ladder_w = [pooled(img_l, pos_l, ls[(ls["eps"] == e) & (ls["victim"] == sur)].iloc[0]) for e in radii]
+        w_a = pooled(img_a, pos_a, wb["cell_id"].iloc[0], wb["victim"].iloc[0])
+        at = by_eps(ls[ls["victim"] == sur])
+        ladder_w = [pooled(img_l, pos_l, *at[e]) for e in radii]
         wl = np.stack([p[3] for p in ladder_w], 1)
         wl0 = np.array([[p[0] for p in ladder_w]])
         # held out: neither the surrogate nor another replicate of it (resnet20_a@r1 for resnet20_a)
@@ -175,8 +193,9 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
             lv = ls[ls["victim"] == v]
             if len(lv) != len(radii):
                 continue
-            a = pooled(img_a, pos_a, r)
-            ladder_t = [pooled(img_l, pos_l, lv[lv["eps"] == e].iloc[0]) for e in radii]
+            a = pooled(img_a, pos_a, r["cell_id"], v)
+            at = by_eps(lv)
+            ladder_t = [pooled(img_l, pos_l, *at[e]) for e in radii]
             tl = np.stack([p[3] for p in ladder_t], 1)
             t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), radii)
             tb, _ = _interp(w_a[3], wl, tl, radii)
