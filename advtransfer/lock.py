@@ -72,3 +72,48 @@ class RunLock:
             (self.run_dir / HOLDER_FILE).unlink(missing_ok=True)
             self._lock.release()
             self._lock = None
+
+
+_HELD: dict[str, int] = {}  # training locks this process holds (path -> depth): nested entries re-enter
+
+
+class TrainLock:
+    """Context manager: one process at a time prepares zoo entry ``name`` at ``size`` in a cache.
+
+    Two commands sharing a cache (two grids, the workers of a parallel test run, array jobs) would
+    otherwise both train a missing model: the same weights twice, at twice the cost. The lock is an
+    OS file lock on ``<cache zoo folder>/.locks/<name>.lock`` (dropped by the kernel however its
+    holder dies); a second process waits for it, saying so once through ``log``, and then finds
+    the model trained. Re-entrant within a process (an entry's dependencies take their own)."""
+
+    def __init__(self, lock_path: str | os.PathLike, name: str, log=print) -> None:
+        self.path = Path(lock_path)
+        self.name = name
+        self.log = log
+        self._lock = None
+
+    def __enter__(self) -> "TrainLock":
+        from filelock import FileLock, Timeout
+
+        key = str(self.path)
+        if _HELD.get(key):
+            _HELD[key] += 1
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(key)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            self.log(f"{self.name}: another process is preparing it in this cache ({self.path}); waiting for it")
+            lock.acquire()
+        self._lock = lock
+        _HELD[key] = 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        key = str(self.path)
+        _HELD[key] -= 1
+        if _HELD[key] == 0 and self._lock is not None:
+            del _HELD[key]
+            self._lock.release()
+            self._lock = None

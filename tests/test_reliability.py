@@ -291,3 +291,40 @@ def test_dry_run_lists_cells_and_writes_nothing(tiny, capsys):
     assert len(rows) == 2 and all(" cached " in r for r in rows)
     assert all(r.split()[-3] == "1" and r.split()[-2] == "0" and r.split()[-1] == "20" for r in rows), rows
     assert "2 cells, 2 with work to do" in out
+
+
+def test_processes_sharing_a_cache_train_a_model_once(tmp_path, monkeypatch, request):
+    """Two commands sharing a cache (two grids, parallel test workers, array jobs) must not both
+    train a missing model: the second waits on the entry's training lock, says so once, and then
+    finds the model trained. Deterministic: this process holds the lock while a `zoo train`
+    subprocess reaches it, trains the model itself, then lets go."""
+    from advtransfer.models.sources import ensure_trained, train_lock
+
+    from test_distortion_e2e import ZOO
+
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "tiny.yaml").write_text(ZOO)
+    monkeypatch.setenv("ADVTRANSFER_ZOO", str(tmp_path / "zoo"))
+    cache = tmp_path / "cache"
+    with train_lock("tiny_a", "ci", cache):
+        proc = subprocess.Popen([sys.executable, "-m", "advtransfer", "zoo", "train", "tiny_a", "--size", "ci",
+                                 "--cache-dir", str(cache), "--no-progress"], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+        import select
+
+        request.addfinalizer(lambda: proc.poll() is None and proc.kill())
+        seen, deadline = "", time.monotonic() + 120
+        while "another process is preparing it" not in seen and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 1.0)[0]:
+                line = proc.stdout.readline()
+                if not line:  # it ended without waiting
+                    break
+                seen += line
+        assert "tiny_a: another process is preparing it in this cache" in seen, seen
+        assert proc.poll() is None  # still waiting
+        card = ensure_trained(["tiny_a"], "ci", cache, progress=False, log=lambda *_: None)[0]  # re-entrant
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "training tiny_a" not in out  # it found the model trained: one training, not two
+    assert json.loads((cache / "zoo" / "ci" / "tiny_a.json").read_text())["sha256"] == card["sha256"]

@@ -418,7 +418,9 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     base, epoch = split_checkpoint(spec.name)
     if epoch is not None:
         if not is_trained(get_spec(base), size, cache):
-            train_spec(get_spec(base), size, cache, data_dir, device, progress)
+            with train_lock(base, size, cache):
+                if not is_trained(get_spec(base), size, cache):
+                    train_spec(get_spec(base), size, cache, data_dir, device, progress)
         card = read_card(spec.name, size, cache)
         if card is None:
             raise UserError(f"{spec.name!r}: entry {base!r} keeps no checkpoint after epoch {epoch}; "
@@ -508,20 +510,33 @@ def _load_start(net: nn.Module, start: nn.Module, spec: ModelSpec, source: str) 
     return differ
 
 
+def train_lock(name: str, size: str, cache: Cache = None, log: Log = print):
+    """The lock under which one process at a time prepares ``name`` at ``size`` in ``cache``
+    (:class:`advtransfer.lock.TrainLock`, a file in the cache's ``zoo/<size>/.locks/``)."""
+    from ..lock import TrainLock
+
+    return TrainLock(zoo_paths(name, size, cache)[0].parent / ".locks" / f"{name}.lock", name, log)
+
+
 def ensure_trained(names: Iterable[str], size: str | None = None, cache: Cache = None,
                    data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
                    log: Log = print) -> list[dict]:
     """Train those of ``names`` (with the models they depend on) that are missing or stale, load
-    pretrained ones once to write their cards; returns the cards in the order of ``names``."""
+    pretrained ones once to write their cards; returns the cards in the order of ``names``.
+
+    Processes sharing a cache prepare each entry once: the first takes the entry's training lock
+    (:class:`advtransfer.lock.TrainLock`), the others wait for it and then find it ready."""
     size = size or default_size()
     specs = load_specs()
     cards = []
     for name in dict.fromkeys(names):
         src = declared(get_spec(name, specs))
         if not src.is_ready(size, cache):
-            line = src.summary(src.prepare(size, cache, data_dir, device, progress, log))
-            if line is not None:
-                log(line)
+            with train_lock(name, size, cache, log):
+                if not src.is_ready(size, cache):  # another process may have prepared it meanwhile
+                    line = src.summary(src.prepare(size, cache, data_dir, device, progress, log))
+                    if line is not None:
+                        log(line)
         cards.append(read_card(name, size, cache))
     return cards
 
