@@ -16,6 +16,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from .errors import UserError
 from .utils import atomic_write_text
@@ -80,13 +81,13 @@ _HELD: dict[str, int] = {}  # training locks this process holds (path -> depth):
 class TrainLock:
     """Context manager: one process at a time prepares zoo entry ``name`` at ``size`` in a cache.
 
-    Two commands sharing a cache (two grids, the workers of a parallel test run, array jobs) would
+    Two commands sharing a cache (two grids at once, array jobs on a cluster) would
     otherwise both train a missing model: the same weights twice, at twice the cost. The lock is an
     OS file lock on ``<cache zoo folder>/.locks/<name>.lock`` (dropped by the kernel however its
     holder dies); a second process waits for it, saying so once through ``log``, and then finds
     the model trained. Re-entrant within a process (an entry's dependencies take their own)."""
 
-    def __init__(self, lock_path: str | os.PathLike, name: str, log=print) -> None:
+    def __init__(self, lock_path: str | os.PathLike, name: str, log: Callable[[str], object] = print) -> None:
         self.path = Path(lock_path)
         self.name = name
         self.log = log

@@ -41,6 +41,7 @@ class Images:
 
     def row(self, cell_id: str, victim: str) -> tuple[np.ndarray, np.ndarray]:
         """(success, clean_correct) as int arrays on the run's image axis (0 where not evaluated)."""
+        victim = str(victim)
         if (cell_id, victim) not in self._rows:
             for v, df in self._cell(cell_id).groupby("victim", sort=False):  # every victim of the cell at once
                 s, c = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
@@ -59,7 +60,7 @@ class Images:
         """(successes, clean-correct) per image, summed over the (cell_id, victim) pairs of ``rows``."""
         S, C = np.zeros(len(self.index), np.int64), np.zeros(len(self.index), np.int64)
         for r in rows.itertuples():
-            s, c = self.row(r.cell_id, str(r.victim))
+            s, c = self.row(r.cell_id, r.victim)
             S, C = S + s, C + c
         return S, C
 
