@@ -119,10 +119,12 @@ SAMPLES: tuple[Column, ...] = (
     Column("linf", "float64", "distortion", "L∞ of x_adv - x"),
     Column("l2", "float64", "distortion", "L2 of x_adv - x"),
     Column("success_draws", "float64", "outcome", "share of a stochastic defence's draws in which the image is a success (= success for other victims)", _NAN),
-    Column("min_scale", "float64", "minimal", "smallest t with the victim fooled by clip(x + t·δ), inf if none up to the cap", _NAN),
+    Column("min_scale", "float64", "minimal", "smallest t with the victim fooled by clip(x + t·δ) as the scan and bisection find it (a scale seen to fool), inf if none up to the cap", _NAN),
     Column("min_linf", "float64", "minimal", "L∞ of clip(x + t·δ) - x at min_scale", _NAN),
     Column("min_l2", "float64", "minimal", "L2 of clip(x + t·δ) - x at min_scale", _NAN),
+    Column("min_exact", "float64", "minimal", "1: every query agrees with a ray that stays fooled once fooled, so min_scale is the minimum within the tolerance if it does (an island narrower than the scan step can still go unseen); 0: upper bound, the scan saw the victim fooled and then not fooled at a larger scale", _NAN),
     Column("queries", "float64", "minimal", "victim forward passes the minimal-distortion search used", _NAN),
+    Column("min_search", "string", "minimal", "the search and its parameters that measured the row (scan points, cap, tolerances); empty until measured", ""),
 )
 
 COMPARISONS: tuple[Column, ...] = (

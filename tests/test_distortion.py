@@ -1,5 +1,7 @@
-"""Minimal distortion along the transfer direction: bisection against a linear classifier whose
-boundary along δ is known in closed form, exact query counts, the cap, and the summary curves."""
+"""Minimal distortion along the transfer direction: the scan and bisection against a linear
+classifier whose boundary along δ is known in closed form, and against a victim whose fooled
+scales along each ray of real CIFAR-10 images are set by hand (non-monotone rays: islands);
+exact query counts, min_exact, the cap, and the summary curves."""
 from __future__ import annotations
 
 import math
@@ -7,9 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 
-from advtransfer.analysis.measures.distortion import (curve_auc, linf_grid, min_scale_search, success_curve,
-                                                      summarize)
+from advtransfer.analysis.measures.distortion import (curve_auc, linf_grid, min_scale_search, scan_grid,
+                                                      search_spec, success_curve, summarize)
 from advtransfer.errors import UserError
 from linear_model import Linear2
 
@@ -42,20 +45,153 @@ def test_bisection_finds_the_linear_boundary_within_tolerance_and_counts_queries
     model, x, x_adv, t_exact = _setup(t_star)
     assert torch.allclose(t_exact, torch.tensor(t_star, dtype=torch.float64))
     y = torch.zeros(len(x), dtype=torch.int64)
-    # rel_tol 0, abs_tol = ‖δ‖∞/64 -> scale tolerance 1/64 (plus float slack): a bracket of width
-    # 1 needs 6 halvings, one of width 2 ([2, 4]) needs 7
+    # rel_tol 0, abs_tol = ‖δ‖∞/64 -> scale tolerance 1/64 (plus float slack)
     out = min_scale_search(model, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 64 * (1 + 1e-9))
     t = out["min_scale"]
     for i in range(4):  # found point is fooled (t >= t*) and within the scale tolerance
         assert t_exact[i] <= t[i] <= t_exact[i] + 1 / 64 + 1e-12, (i, float(t[i]), float(t_exact[i]))
     assert math.isinf(float(t[4])) and math.isinf(float(out["min_linf"][4]))
-    # queries: t=0, bracket (1 | 1,2 | 1,2,4), then the halvings; beyond the cap: 0,1,2,4 only
-    assert out["queries"].tolist() == [1 + 1 + 6, 1 + 1 + 6, 1 + 2 + 6, 1 + 3 + 7, 1 + 3]
+    assert out["min_exact"].all()                      # a linear boundary: every ray is monotone
+    # queries: t=0, the 8 scan points on (0, 1], the doubling points 2, 4 while not fooled, then the
+    # halvings: a 1/8 bracket ([2/8, 3/8], [6/8, 7/8]) needs 3 to reach 1/64, [1, 2] needs 6,
+    # [2, 4] needs 7; beyond the cap: 0, the 8 points, 2, 4 only
+    assert out["queries"].tolist() == [1 + 8 + 3, 1 + 8 + 3, 1 + 8 + 1 + 6, 1 + 8 + 2 + 7, 1 + 8 + 2]
     assert int(out["queries"].sum()) == model.seen   # every forward row counted, nothing else
     # no clipping: min_linf = t·‖δ‖∞, min_l2 = t·‖δ‖₂
     dl2 = (x_adv - x).flatten(1).norm(dim=1)
     assert torch.allclose(out["min_linf"][:4], t[:4] * 0.1, rtol=1e-5)
     assert torch.allclose(out["min_l2"][:4], t[:4] * dl2[:4], rtol=1e-5)
+    # scan_points=1 is the former search: bracket t = 1 | 1,2 | 1,2,4, then bisection from [0, 1]
+    model.seen = 0
+    old = min_scale_search(model, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 64 * (1 + 1e-9), scan_points=1)
+    assert old["queries"].tolist() == [1 + 1 + 6, 1 + 1 + 6, 1 + 2 + 6, 1 + 3 + 7, 1 + 3]
+    assert int(old["queries"].sum()) == model.seen
+    for i in range(4):
+        assert t_exact[i] <= old["min_scale"][i] <= t_exact[i] + 1 / 64 + 1e-12
+
+
+def test_scan_grid():
+    assert scan_grid(4.0, 8) == ([k / 8 for k in range(1, 9)] + [2.0, 4.0], 8)
+    assert scan_grid(4.0, 1) == ([1.0, 2.0, 4.0], 1)
+    assert scan_grid(3.0, 4) == ([0.25, 0.5, 0.75, 1.0, 2.0, 3.0], 4)
+    assert scan_grid(0.3, 8) == ([0.125, 0.25, 0.3], 3)    # below 1: the points under the cap, then the cap
+    assert scan_grid(1.0, 2) == ([0.5, 1.0], 2)
+    assert search_spec() != search_spec(scan_points=4) and search_spec() != search_spec(cap=8.0)
+
+
+class RayVictim(nn.Module):
+    """Ten-class victim that is fooled along each registered ray exactly on hand-set intervals of t.
+
+    Registered: clean images x_i (real CIFAR-10), x_adv_i (no clipping along the ray up to t = 10)
+    and true labels y_i. For an input z it finds the ray (least residual of z − x_i against δ_i),
+    reads t = <z − x_i, δ_i>/‖δ_i‖², and answers y_i unless t lies in one of the image's fooled
+    intervals, then (y_i + 1) mod 10. Counts every image it is shown (``seen``)."""
+
+    def __init__(self, x, x_adv, y, fooled: list[list[tuple[float, float]]]) -> None:
+        super().__init__()
+        self.x = x.flatten(1).double()
+        self.d = (x_adv - x).flatten(1).double()          # the search's δ, from the same float32 tensors
+        self.y, self.fooled, self.seen = y, fooled, 0
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        self.seen += len(z)
+        z = z.flatten(1).double()
+        r = z[:, None, :] - self.x[None]                                  # n × rays × D
+        t = (r * self.d[None]).sum(-1) / (self.d * self.d).sum(-1)[None]
+        resid = (r - t[..., None] * self.d[None]).norm(dim=-1)
+        i = resid.argmin(1)
+        assert bool((resid.gather(1, i[:, None]) < 1e-4).all()), "input off every registered ray"
+        ti = t.gather(1, i[:, None]).squeeze(1)
+        out = torch.zeros(len(z), 10)
+        for k in range(len(z)):
+            ii, tk = int(i[k]), float(ti[k])
+            fooled = any(a <= tk <= b for a, b in self.fooled[ii])
+            out[k, (int(self.y[ii]) + int(fooled)) % 10] = 1.0
+        return out
+
+
+def _rays(test_data, n: int):
+    """n real CIFAR-10 test images and directions towards mid-grey with ‖δ‖∞ = 0.1: x + t·δ stays
+    between x and 0.5 for t ≤ 5, so clipping never acts up to the cap and rays never meet."""
+    x = test_data[0][:n].float()
+    y = test_data[1][:n]
+    g = 0.5 - x
+    d = 0.1 * g / g.flatten(1).abs().amax(1).view(-1, 1, 1, 1)
+    return x, (x + d).float(), y
+
+
+# fooled intervals of t per image, and what the default search (K = 8, cap 4) must report
+ISLANDS = [
+    [(0.61, 9.0)],                    # 0 monotone below 1: first crossing 0.61, exact
+    [(0.19, 0.45), (1.5, 9.0)],       # 1 island wider than the 1/8 step below x_adv, not fooled at t = 1:
+                                      #   first crossing 0.19, upper bound (the former search said ~1.5)
+    [(0.30, 0.33), (0.7, 9.0)],       # 2 island narrower than the step between 2/8 and 3/8: not seen
+    [],                               # 3 never fooled
+    [(2.7, 9.0)],                     # 4 monotone, first crossing above 1 (bracket [2, 4])
+    [(0.9, 1.1)],                     # 5 fooled around x_adv only: the scan stops at t = 1, exact
+    [(0.05, 0.2), (0.6, 0.7)],        # 6 two islands both seen, nothing fooled at t = 1: upper bound
+    [(1.3, 1.45), (3.0, 9.0)],        # 7 island above 1 narrower than the coarse step 1: not seen
+]
+
+
+def test_scan_finds_the_first_crossing_and_flags_non_monotone_rays(test_data):
+    x, x_adv, y = _rays(test_data, len(ISLANDS))
+    victim = RayVictim(x, x_adv, y, ISLANDS)
+    tol = 1 / 256                                      # scale tolerance: abs_tol = ‖δ‖∞/256, rel_tol 0
+    out = min_scale_search(victim, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5))
+    t, ex, q = out["min_scale"].tolist(), out["min_exact"].tolist(), out["queries"].tolist()
+    first = [0.61, 0.19, 0.7, math.inf, 2.7, 0.9, 0.05, 3.0]       # first crossing the scan can resolve
+    for i, f in enumerate(first):
+        if math.isinf(f):
+            assert math.isinf(t[i])
+        else:
+            assert f - 1e-5 <= t[i] <= f + tol + 1e-5, (i, t[i], f)
+    assert ex == [True, False, True, True, True, True, False, True]
+    # image 2's island at 0.30..0.33 and image 7's at 1.3..1.45 fall between scan points: the
+    # reported minimum overstates the true one (0.30, 1.3) and min_exact cannot know (documented)
+    assert t[2] > 0.33 and t[7] > 1.45
+    # queries: 1 (t = 0) + 8 fine points + coarse points while not fooled + halvings to 1/256
+    # (a 1/8 bracket: 5; [2, 4]: 9)
+    assert q == [1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 2, 1 + 8 + 2 + 9, 1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 2 + 9]
+    assert sum(q) == victim.seen
+    # no clipping along these rays: min_linf = t·‖δ‖∞
+    fin = torch.isfinite(out["min_scale"])
+    assert torch.allclose(out["min_linf"][fin], out["min_scale"][fin] * 0.1, rtol=1e-4)
+
+    # the former search (scan_points=1) reports image 1 at the second crossing, about 1.5, and
+    # cannot see that it is an upper bound; image 6 it calls never fooled
+    victim.seen = 0
+    old = min_scale_search(victim, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5), scan_points=1)
+    assert 1.5 - 1e-5 <= float(old["min_scale"][1]) <= 1.5 + tol + 1e-5
+    assert math.isinf(float(old["min_scale"][6])) and bool(old["min_exact"].all())
+    assert int(old["queries"].sum()) == victim.seen
+
+
+def test_scan_batched_and_already_fooled(test_data):
+    """Batches of two give the same answers and counts; an image fooled at t = 0 costs one query."""
+    x, x_adv, y = _rays(test_data, 5)
+    isl = [[(0.0, 9.0)], *ISLANDS[:4]]                 # image 0: fooled at x itself
+    victim = RayVictim(x, x_adv, y, isl)
+    a = min_scale_search(victim, x, x_adv, y, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5))
+    b = min_scale_search(victim, x, x_adv, y, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5), batch_size=2)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert float(a["min_scale"][0]) == 0.0 and int(a["queries"][0]) == 1 and bool(a["min_exact"][0])
+    assert a["min_exact"].tolist() == [True, True, False, True, True]
+    with pytest.raises(UserError):
+        min_scale_search(victim, x, x_adv, y, scan_points=0)
+
+
+def test_cap_below_one_scans_up_to_the_cap(test_data):
+    x, x_adv, y = _rays(test_data, 3)
+    victim = RayVictim(x, x_adv, y, [[(0.2, 9.0)], [(0.1, 0.15), (0.28, 9.0)], [(0.45, 9.0)]])
+    out = min_scale_search(victim, x, x_adv, y, cap=0.3, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5))
+    # grid 0.125, 0.25, 0.3 (the cap): image 1 fooled at 0.125, not at 0.25, fooled at 0.3
+    assert 0.2 - 1e-5 <= float(out["min_scale"][0]) <= 0.2 + 1 / 256 + 1e-5
+    assert 0.1 - 1e-5 <= float(out["min_scale"][1]) <= 0.1 + 1 / 256 + 1e-5
+    assert math.isinf(float(out["min_scale"][2]))
+    assert out["min_exact"].tolist() == [True, False, True]
+    assert out["queries"].tolist() == [1 + 3 + 5, 1 + 3 + 5, 1 + 3]
 
 
 def test_relative_tolerance_and_already_fooled_and_zero_direction():
@@ -98,3 +234,16 @@ def test_curves_monotone_and_auc_hand_computed():
     assert s["median_min_linf"] == pytest.approx(4 / 255) and s["n_fooled_within_cap"] == 4
     assert math.isinf(summarize(d, d, [False, False, False, True, True])["median_min_linf"]) is False
     assert math.isinf(summarize(d, d, [False, False, False, False, True])["median_min_linf"])
+
+
+def test_summary_counts_upper_bounds_over_clean_correct_images():
+    d = np.array([0.0, 1 / 255, 4 / 255, 8 / 255, np.inf])
+    cc = [True, True, True, False, True]
+    s = summarize(d, d, cc, min_exact=[1.0, 0.0, 1.0, 0.0, 1.0])   # image 3's upper bound is not clean-correct
+    assert s["n_upper_bound"] == 1 and s["frac_upper_bound"] == pytest.approx(1 / 4)
+    s = summarize(d, d, cc, min_exact=np.array([True, False, False, True, False]))
+    assert s["n_upper_bound"] == 3 and s["frac_upper_bound"] == pytest.approx(3 / 4)
+    # not measured by the scan (older samples), or no clean-correct image: NaN, never 0
+    assert math.isnan(summarize(d, d, cc)["frac_upper_bound"])
+    assert math.isnan(summarize(d, d, cc, min_exact=[1, 1, np.nan, 1, 1])["frac_upper_bound"])
+    assert math.isnan(summarize(d, d, [False] * 5, min_exact=[1] * 5)["frac_upper_bound"])

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advtransfer.analysis.measures.distortion import search_spec
 from advtransfer.cli import main
+from advtransfer.store import RunStore
 
 ZOO = """\
 x-r: &r
@@ -81,17 +83,25 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     # per-image minimal distortion merged into every samples table, for every row
     s = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
     assert len(s) == 12 * 3 * 40
-    assert s[["min_scale", "min_linf", "min_l2", "queries"]].notna().all().all()
-    # t = 1 is x_adv itself and the bracket tries it first: on clean-correct images, success <=> t* <= 1
+    assert s[["min_scale", "min_linf", "min_l2", "min_exact", "queries"]].notna().all().all()
+    assert set(s.min_exact) <= {0.0, 1.0} and (s.min_search == search_spec()).all()
+    # t = 1 is x_adv itself, a scan point every image gets: on clean-correct images a success has
+    # t* <= 1; t* <= 1 without a success means a scan point below 1 fooled and x_adv did not, so
+    # the ray is not monotone and min_exact says upper bound (the former bracket tried t = 1 first
+    # and bisected inside [0, 1] only for successes, so there success <=> t* <= 1 held)
     cc = s[s.clean_correct]
-    assert ((cc.min_scale <= 1.0) == cc.success).all()
+    assert (cc.loc[cc.success, "min_scale"] <= 1.0).all()
+    assert (cc.loc[~cc.success & (cc.min_scale <= 1.0), "min_exact"] == 0).all()
+    # queries: 1 for a clean-misclassified image, else 1 + 8 scan points on (0, 1] + at most 2 + bisection
+    assert (s.loc[~s.clean_correct, "queries"] == 1).all()
+    assert (cc.queries >= 1 + 8).all() and (cc.loc[np.isinf(cc.min_scale), "queries"] == 1 + 8 + 2).all()
     assert (s.loc[~s.clean_correct, "min_scale"] == 0).all()
     assert (s.loc[np.isfinite(s.min_scale), "min_linf"] <= 8 / 255 * 4 + 1e-6).all()
     summ = pd.read_parquet(run / "distortion.parquet")
     assert len(summ) == 36 and {"cell_id", "victim", "surrogate", "attack_label", "eps", "median_min_linf",
                                 "q25_min_linf", "q75_min_linf", "median_min_l2", "q25_min_l2", "q75_min_l2",
-                                "auc", "n_fooled_within_cap"} <= set(summ.columns)
-    assert summ["auc"].between(0, 1).all()
+                                "auc", "n_fooled_within_cap", "n_upper_bound", "frac_upper_bound"} <= set(summ.columns)
+    assert summ["auc"].between(0, 1).all() and summ["frac_upper_bound"].between(0, 1).all()
     assert (run / "distortion.csv").is_file()
 
     # ASR-vs-ε figures, one per (surrogate, attack), and SAT figures
@@ -136,6 +146,7 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     for title in DISTORTION_SECTIONS:
         assert title in md and title in html
     assert "crafted at L∞ ε = 8/255: median minimal L∞ ×255 [q25, q75], surrogate × victim" in md
+    assert "Upper bounds: on " in md and "clean-correct (image, cell, victim) minima" in md
     # one sentence per ASR-vs-ε figure: scaled 8/255 direction against crafting at 4/255
     assert md.count("(the craft itself)") == 6 and "scaling down the 8/255 direction gives" in md
     assert "asr_eps_tiny_a_fgsm.png" in md and "sat_dendrogram.png" in md
@@ -152,6 +163,17 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     again = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
     pd.testing.assert_frame_equal(before, again)
     assert "minimal distortion: cell" not in capsys.readouterr().out
+
+    # samples measured by the former search (no min_exact, no min_search) are measured again, not
+    # reused: strip the two columns from one cell's table and rerun
+    store = RunStore(run)
+    cid = sorted(p.stem for p in (run / "samples").glob("*.parquet"))[0]
+    store.replace_samples(cid, store.read_samples(cid).drop(columns=["min_exact", "min_search"]))
+    assert main(args + ["--blackbox-budgets", "0", "--fit-budgets", "0", "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("minimal distortion: cell") == 3 and f"cell {cid} " in out
+    again = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
+    pd.testing.assert_frame_equal(before, again[before.columns])
 
     # bad input: one line, exit 2
     assert main(["distortion", str(tmp_path / "nope")]) == 2

@@ -3,41 +3,76 @@
 For an image x (pixels in [0,1], 3×H×W), its transferred adversarial example x_adv and the
 direction δ = x_adv − x, the victim f is queried along the ray
 
-    x(t) = clip(x + t·δ, 0, 1),   t ≥ 0,
+    x(t) = clip(x + t·δ, 0, 1),   t ≥ 0 (a unitless scale: t = 1 is x_adv itself),
 
 and the **minimal scale** is t* = min{t ≥ 0 : f is fooled by x(t)} (untargeted: argmax f(x(t)) ≠ y;
-targeted: argmax f(x(t)) = target). Reported with it: ``min_linf`` = ‖x(t*) − x‖∞ and
-``min_l2`` = ‖x(t*) − x‖₂ (per image, pixels in [0,1]; L∞ reads like ε, e.g. 8/255 ≈ 0.0314), and
+targeted: argmax f(x(t)) = target). Reported per image: ``min_scale`` t̂ (the search's answer, a
+scale the victim was seen to be fooled at), ``min_linf`` = ‖x(t̂) − x‖∞ and ``min_l2`` =
+‖x(t̂) − x‖₂ (pixels in [0,1]; L∞ reads like ε, e.g. 8/255 ≈ 0.0314), ``min_exact`` (below) and
 ``queries``, the number of victim forward passes spent on that image.
 
 Search (:func:`min_scale_search`), batched: every still-unresolved image of a batch is sent to
-the victim in one forward pass per iteration.
+the victim in one forward pass per iteration (one iteration per scan point, then per halving).
 
-1. t = 0: one query. Already fooled (a clean-misclassified image) → t* = 0, distortion 0.
-2. Bracket: t = 1 (x_adv itself), then doubling t = 2, 4, ... (the last step is the cap itself),
-   up to ``cap`` (default 4). Not fooled at the cap → t* = inf, min_linf = min_l2 = inf.
-3. Bisection on [lo, hi] (lo not fooled, hi fooled) until hi − lo ≤ max(rel_tol·hi,
-   abs_tol / ‖δ‖∞), i.e. the scale is known to a relative 1/64 (``rel_tol``) or to
-   1/255/8 ≈ 4.9e-4 in L∞ (``abs_tol``), whichever is reached first. t* is the final ``hi``: a
-   point the victim was seen to be fooled at, within the tolerance above the crossing.
+1. t = 0: one query. Already fooled (a clean-misclassified image) → t̂ = 0, distortion 0, exact.
+   δ = 0 (x_adv = x): the ray never leaves x → t̂ = inf after this one query.
+2. Scan, to find the *first* crossing at a stated resolution, on the grid
 
-Non-monotonicity: f need not be monotone along the ray (an image can be fooled at t = 0.3, right
-at t = 0.5 and fooled again at t = 1). Bisection returns *a* boundary crossing inside the first
-bracket that the doubling finds, not necessarily the smallest t that fools f. The doubling also
-skips any fooled island lying strictly between two bracket points. min_scale is therefore an
-upper bound on the true minimal scale along δ, and a lower bound on nothing.
+       G = {1/K, 2/K, ..., 1} ∪ {2, 4, 8, ...}   (K = ``scan_points``, default 8),
 
-Queries per image are exact: 1 (t = 0) + bracket steps + bisection steps; e.g. t* < 1 with
-rel_tol = 0 and abs_tol/‖δ‖∞ = 1/64 costs 1 + 1 + 6 = 8.
+   points above ``cap`` dropped and the cap itself the last point (cap < 1: the points k/K below
+   the cap, then the cap). The fine part, K evenly spaced points on (0, 1] ending at x_adv, is
+   queried in full for every image; the coarse part, the doubling points above 1, only while the
+   image has not been fooled at any scanned point. The first scan point t_j that fools gives the
+   bracket [t_{j−1}, t_j] (t_0 = 0). Not fooled at any scan point → t̂ = inf, min_linf = min_l2
+   = inf ("not fooled up to the cap").
+   Why this grid: (0, 1] is the stretch between the clean image and the crafted example, where the
+   minimum is below the crafting budget and where ASR-vs-ε is read; its step 1/K is ε/K in L∞
+   before clipping (one 8-bit grey level at ε = 8/255, K = 8). Above 1 the doubling steps keep the
+   cost of images the crafted example does not fool small (a fine grid up to the cap would cost
+   K·cap queries on each of them). ``scan_points`` = 1 is the former search exactly (bracket
+   1, 2, 4, ..., then bisection).
+3. Bisection on [lo, hi] = [t_{j−1}, t_j] (lo not fooled, hi fooled) until hi − lo ≤
+   max(rel_tol·hi, abs_tol / ‖δ‖∞), i.e. the scale is known to a relative 1/64 (``rel_tol``) or to
+   1/255/8 ≈ 4.9e-4 in L∞ (``abs_tol``), whichever is reached first. t̂ is the final ``hi``.
+
+``min_exact`` (per image; 1 = exact, 0 = upper bound). Call the ray *monotone* when, once fooled,
+the victim stays fooled up to the cap: the fooled scales in [0, cap] are [t*, cap]. ``min_exact``
+is 1 when every query made on the image is consistent with a monotone ray, i.e. each queried scale
+below t̂ was not fooled (true by construction) and each scanned scale above t̂ was fooled; then,
+*if the ray is monotone*, t* ≤ t̂ ≤ t* + tolerance. It is 0 when the scan saw the victim fooled at
+one scale and not fooled at a larger scanned scale (fooled → not fooled, e.g. fooled at t = 0.25
+but not at x_adv, t = 1): the ray is then provably not monotone, fooled islands exist along it, and
+one narrower than the scan step may lie unseen below t̂; t̂ is only a scale known to fool, an upper
+bound on t*. Images fooled at t = 0 and images never fooled (t̂ = inf) are exact by this definition.
+
+What the scan does and does not guarantee (always: t* ≤ t̂, since t̂ was seen to fool):
+- A fooled stretch of the ray wider than the scan step where it lies (1/K on (0, 1], the doubling
+  steps 1, 2, ... above) contains a scan point. So if the first fooled stretch is that wide, the
+  first fooled scan point lies in it, the bracket holds only its start, and bisection returns that
+  start within the tolerance: the first crossing, not a later one.
+- A fooled island narrower than the step that falls between two scan points is never seen. A ray
+  whose only non-monotone features are such islands gets min_exact = 1 while t̂ overstates t*;
+  min_exact = 1 means "no non-monotonicity seen at this resolution", not a certificate (no finite
+  set of queries to a black box can give one). Inside the bracket, bisection follows *a* crossing;
+  if the bracket holds several, t̂ ≤ t_j still, so it is at most one scan step too high.
+
+Queries per image are exact: 1 (t = 0) + fine scan points (K when cap ≥ 1) + coarse scan points
+queried + bisection steps. E.g. with K = 8 and cap = 4: an image not fooled up to the cap costs
+1 + 8 + 2 = 11; one first fooled at t = 2 costs 1 + 8 + 1 + the halvings of [1, 2]; one first fooled
+at a point of (0, 1] with rel_tol = 0 and abs_tol/‖δ‖∞ = 1/64 costs 1 + 8 + 3 (1/8 → 1/64).
 
 Row summaries (:func:`summarize`): over the victim's clean-correct images, median and quartiles
 of min L∞ and L2 (inf counts as "not fooled within the cap"), the success-vs-distortion curve
 S(r) = #{clean-correct i : min_linf_i ≤ r} / #clean-correct on a grid r ∈ [0, r_max], and its
 normalised area AUC = (1/r_max)∫₀^{r_max} S(r) dr (trapezoid rule, r_max = 16/255 by default), in
-[0, 1]: 1 means every image is fooled at zero distortion.
+[0, 1]: 1 means every image is fooled at zero distortion; ``n_upper_bound`` and
+``frac_upper_bound``, the clean-correct images whose min_exact is 0 and their share.
 
 :func:`measure_run` measures every cell of a run folder and merges the results into
-``samples/<cell_id>.parquet``; the summary goes to ``RUN/distortion.parquet`` and ``.csv``.
+``samples/<cell_id>.parquet``, each image's row with ``min_search``, the search and its parameters
+(:func:`search_spec`); rows measured by another search or with other parameters (or before the
+column existed) are measured again. The summary goes to ``RUN/distortion.parquet`` and ``.csv``.
 """
 from __future__ import annotations
 
@@ -58,8 +93,33 @@ from ..runs import read_samples, run_context
 DEFAULT_CAP = 4.0
 DEFAULT_REL_TOL = 1.0 / 64
 DEFAULT_ABS_TOL = 1.0 / 255 / 8      # L∞ tolerance in pixel units
+DEFAULT_SCAN_POINTS = 8              # evenly spaced scan points on (0, 1]: step 1/8 in t
 DEFAULT_R_MAX = 16.0 / 255           # right end of the L∞ success-vs-distortion curve
-MEASURED_COLUMNS = ("min_scale", "min_linf", "min_l2", "queries")
+#: version of the search; bump whenever its answers change (measure_run then measures again)
+SEARCH_VERSION = 2
+MEASURED_COLUMNS = ("min_scale", "min_linf", "min_l2", "min_exact", "queries")
+
+
+def search_spec(cap: float = DEFAULT_CAP, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL,
+                scan_points: int = DEFAULT_SCAN_POINTS) -> str:
+    """The search and its parameters as recorded per image in ``min_search`` (exact float reprs)."""
+    return f"scan-bisect v{SEARCH_VERSION}: scan_points={int(scan_points)} cap={float(cap)!r} " \
+           f"rel_tol={float(rel_tol)!r} abs_tol={float(abs_tol)!r}"
+
+
+def scan_grid(cap: float = DEFAULT_CAP, scan_points: int = DEFAULT_SCAN_POINTS) -> tuple[list[float], int]:
+    """(scan scales in increasing order, how many of them form the fine part on (0, min(1, cap)]).
+
+    Fine part: k/K for k = 1..K that lie below min(1, cap), then min(1, cap); coarse part: the
+    doubling points 2, 4, ... below the cap, then the cap (see the module docstring)."""
+    k = int(scan_points)
+    top = min(1.0, cap)
+    fine = [i / k for i in range(1, k) if i / k < top] + [top]
+    coarse, t = [], top
+    while t < cap:
+        t = min(2 * t, cap)
+        coarse.append(t)
+    return fine + coarse, len(fine)
 
 
 def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
@@ -78,38 +138,46 @@ def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bo
 @torch.no_grad()
 def min_scale_search(victim: nn.Module, x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
                      targeted: bool = False, cap: float = DEFAULT_CAP, rel_tol: float = DEFAULT_REL_TOL,
-                     abs_tol: float = DEFAULT_ABS_TOL, batch_size: int = 500, device: str = "cpu"
-                     ) -> dict[str, torch.Tensor]:
+                     abs_tol: float = DEFAULT_ABS_TOL, batch_size: int = 500, device: str = "cpu",
+                     scan_points: int = DEFAULT_SCAN_POINTS) -> dict[str, torch.Tensor]:
     """Minimal fooling scale along δ = x_adv − x for each image (see the module docstring).
 
     x, x_adv: N×C×H×W float in [0,1]; y: int64 N, true labels (targeted: the targets).
     ``cap`` (> 0): largest scale tried; ``rel_tol`` (relative to the scale) and ``abs_tol``
-    (L∞ in pixel units) set when bisection stops. Returns float64/int64 CPU tensors of length N:
-    ``min_scale`` (inf if not fooled up to the cap, 0 if fooled at x), ``min_linf``, ``min_l2``
-    (of clip(x + t*·δ) − x per image) and ``queries`` (victim forward passes per image).
+    (L∞ in pixel units) set when bisection stops; ``scan_points`` (K ≥ 1): evenly spaced scan
+    points on (0, 1], the scan's resolution there is 1/K (1: the former bracket 1, 2, 4, ...).
+    Returns CPU tensors of length N: ``min_scale`` (float64; inf if not fooled at any scan point
+    up to the cap, 0 if fooled at x), ``min_linf``, ``min_l2`` (float64, of clip(x + t̂·δ) − x per
+    image), ``min_exact`` (bool; False: the scan saw the ray fooled and then not fooled, so
+    min_scale is an upper bound) and ``queries`` (int64, victim forward passes per image).
     """
     if not cap > 0 or not math.isfinite(cap):
         raise UserError(f"cap must be a positive finite scale, got {cap}")
     if rel_tol < 0 or abs_tol < 0 or (rel_tol == 0 and abs_tol == 0):
         raise UserError(f"tolerances must be >= 0 and not both 0 (rel_tol={rel_tol}, abs_tol={abs_tol})")
+    if isinstance(scan_points, bool) or int(scan_points) != scan_points or scan_points < 1:
+        raise UserError(f"scan_points must be a positive integer, got {scan_points}")
     if x.shape != x_adv.shape or len(y) != len(x):
         raise UserError(f"x {tuple(x.shape)}, x_adv {tuple(x_adv.shape)} and y ({len(y)}) do not match")
+    grid, n_fine = scan_grid(cap, int(scan_points))
     outs = [_search_batch(victim, x[s:s + batch_size].to(device), x_adv[s:s + batch_size].to(device),
-                          y[s:s + batch_size].to(device), targeted, cap, rel_tol, abs_tol)
+                          y[s:s + batch_size].to(device), targeted, grid, n_fine, rel_tol, abs_tol)
             for s in range(0, len(x), batch_size)]
     if not outs:
         e = torch.zeros(0, dtype=torch.float64)
-        return {"min_scale": e, "min_linf": e.clone(), "min_l2": e.clone(), "queries": torch.zeros(0, dtype=torch.int64)}
+        return {"min_scale": e, "min_linf": e.clone(), "min_l2": e.clone(), "min_exact": torch.zeros(0, dtype=torch.bool),
+                "queries": torch.zeros(0, dtype=torch.int64)}
     return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
 
 
-def _search_batch(victim, x, x_adv, y, targeted, cap, rel_tol, abs_tol) -> dict[str, torch.Tensor]:
+def _search_batch(victim, x, x_adv, y, targeted, grid, n_fine, rel_tol, abs_tol) -> dict[str, torch.Tensor]:
     n = len(x)
     delta = x_adv - x
     dinf = delta.flatten(1).abs().amax(1).double().cpu()
     queries = torch.zeros(n, dtype=torch.int64)
     lo = torch.zeros(n, dtype=torch.float64)
     hi = torch.full((n,), math.inf, dtype=torch.float64)
+    exact = torch.ones(n, dtype=torch.bool)
 
     def at(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Query the victim at scales t (float64, len(idx)) for images idx; count one query each."""
@@ -121,17 +189,20 @@ def _search_batch(victim, x, x_adv, y, targeted, cap, rel_tol, abs_tol) -> dict[
     all_idx = torch.arange(n)
     f0 = at(torch.zeros(n, dtype=torch.float64), all_idx)
     hi[f0] = 0.0
-    # bracket: t = 1, 2, 4, ... capped; images with δ = 0 can never be fooled away from x
-    active = all_idx[~f0 & (dinf > 0)]
-    t = min(1.0, cap)
-    while len(active):
-        f = at(torch.full((len(active),), t, dtype=torch.float64), active)
-        hi[active[f]] = t
-        lo[active[~f]] = t
-        active = active[~f]
-        if t >= cap:
+    # scan: images with δ = 0 can never be fooled away from x; the fine part (the first n_fine
+    # points) goes to every other image, the coarse part only to images not yet fooled
+    scanned = all_idx[~f0 & (dinf > 0)]
+    seen = torch.zeros(n, dtype=torch.bool)          # fooled at some scan point so far
+    for j, t in enumerate(grid):
+        active = scanned if j < n_fine else scanned[~seen[scanned]]
+        if not len(active):
             break
-        t = min(2 * t, cap)
+        f = at(torch.full((len(active),), t, dtype=torch.float64), active)
+        before = seen[active]
+        hi[active[f & ~before]] = t                  # the first scan point that fools
+        lo[active[~f & ~before]] = t                 # the last scan point before it
+        exact[active[~f & before]] = False           # fooled earlier, not fooled here
+        seen[active[f]] = True
     # bisection inside [lo, hi] for images with a finite, positive bracket
     scale_tol = torch.where(dinf > 0, abs_tol / dinf.clamp_min(1e-300), torch.full_like(dinf, math.inf))
 
@@ -152,7 +223,7 @@ def _search_batch(victim, x, x_adv, y, targeted, cap, rel_tol, abs_tol) -> dict[
     d = ((x + tt * delta).clamp(0, 1) - x).flatten(1).double().cpu()
     inf = torch.full((n,), math.inf, dtype=torch.float64)
     return {"min_scale": hi, "min_linf": torch.where(fin, d.abs().amax(1), inf),
-            "min_l2": torch.where(fin, d.norm(dim=1), inf), "queries": queries}
+            "min_l2": torch.where(fin, d.norm(dim=1), inf), "min_exact": exact, "queries": queries}
 
 
 # --- summaries ---------------------------------------------------------------------------------
@@ -186,10 +257,14 @@ def _q(v: np.ndarray, p: float) -> float:
 
 
 def summarize(min_linf: np.ndarray | Sequence[float], min_l2: np.ndarray | Sequence[float],
-              clean_correct: np.ndarray | Sequence[bool], r_max: float = DEFAULT_R_MAX) -> dict[str, float]:
+              clean_correct: np.ndarray | Sequence[bool], r_max: float = DEFAULT_R_MAX,
+              min_exact: np.ndarray | Sequence[float] | None = None) -> dict[str, float]:
     """Row summary over clean-correct images: median/q25/q75 of min L∞ and L2 (order statistics,
     so they are inf when more than that share is not fooled within the cap), ``auc`` of the L∞
-    success-vs-distortion curve on [0, r_max], ``n_fooled_within_cap`` and ``n_clean_correct``."""
+    success-vs-distortion curve on [0, r_max], ``n_fooled_within_cap``, ``n_clean_correct``, and
+    from ``min_exact`` (1/True exact, 0/False upper bound; NaN: not measured by the scan)
+    ``n_upper_bound`` and ``frac_upper_bound`` = n_upper_bound / n_clean_correct (NaN when
+    ``min_exact`` is not given, any clean-correct image lacks it, or there is no clean-correct image)."""
     cc = np.asarray(clean_correct, dtype=bool)
     li = np.asarray(min_linf, dtype=float)[cc]
     l2 = np.asarray(min_l2, dtype=float)[cc]
@@ -198,16 +273,24 @@ def summarize(min_linf: np.ndarray | Sequence[float], min_l2: np.ndarray | Seque
            for s, p in (("q25", 0.25), ("median", 0.5), ("q75", 0.75))}
     out.update(auc=curve_auc(g, success_curve(li, g)), n_fooled_within_cap=int(np.isfinite(li).sum()),
                n_clean_correct=int(cc.sum()))
+    ex = None if min_exact is None else np.asarray(pd.to_numeric(pd.Series(min_exact), errors="coerce"),
+                                                     dtype=float)[cc]
+    if ex is None or np.isnan(ex).any() or not cc.any():
+        out.update(n_upper_bound=float("nan"), frac_upper_bound=float("nan"))
+    else:
+        ub = int((ex == 0).sum())
+        out.update(n_upper_bound=ub, frac_upper_bound=ub / int(cc.sum()))
     return out
 
 
 # --- run folders --------------------------------------------------------------------------------
 
-def _measured(df: pd.DataFrame, victim: str) -> bool:
-    if "min_scale" not in df.columns:
+def _measured(df: pd.DataFrame, victim: str, spec: str) -> bool:
+    """Every row of ``victim`` measured by this search with these parameters (``spec``)."""
+    if "min_search" not in df.columns or "queries" not in df.columns:
         return False
     rows = df[df["victim"] == victim]
-    return len(rows) > 0 and bool(rows["queries"].notna().all())
+    return len(rows) > 0 and bool(rows["queries"].notna().all()) and bool((rows["min_search"] == spec).all())
 
 
 class _Models:
@@ -250,15 +333,17 @@ def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
 def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: float = DEFAULT_CAP,
                 rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, device: str = "cpu",
                 cache=None, data_dir=None, batch_size: int = 500,
-                log: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
+                log: Callable[[str], None] = lambda s: None, scan_points: int = DEFAULT_SCAN_POINTS) -> pd.DataFrame:
     """Measure minimal distortion for every (cell, victim) of a run; returns the summary table.
 
-    Per image, ``min_scale, min_linf, min_l2, queries`` are merged into
-    ``RUN/samples/<cell_id>.parquet`` (written atomically; (cell, victim) pairs already measured
-    are skipped, so rerunning costs nothing). ``victims``: restrict to these (default: every
-    victim of the results table). The summary, one row per (cell, victim) with the columns of
-    :func:`summarize` plus cell_id, victim, surrogate, attack_label, eps, eps_str, targeted, is_whitebox,
-    is written to ``RUN/distortion.parquet`` and ``.csv``.
+    Per image, ``min_scale, min_linf, min_l2, min_exact, queries`` and ``min_search``
+    (:func:`search_spec`) are merged into ``RUN/samples/<cell_id>.parquet`` (written atomically;
+    (cell, victim) pairs already measured by this search with these parameters are skipped, so
+    rerunning costs nothing; pairs measured by an older search, e.g. before ``min_exact`` existed,
+    or with another cap, tolerance or scan are measured again). ``victims``: restrict to these
+    (default: every victim of the results table). The summary, one row per (cell, victim) with the
+    columns of :func:`summarize` plus cell_id, victim, surrogate, attack_label, eps, eps_str,
+    targeted, is_whitebox, mean_queries, is written to ``RUN/distortion.parquet`` and ``.csv``.
     """
     run_dir = Path(run_dir)
     res, manifest = run_context(run_dir)
@@ -267,11 +352,12 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
     unknown = [v for v in wanted if v not in known]
     if unknown:
         raise UserError(f"victim(s) {', '.join(unknown)} not in this run's results (it has: {', '.join(sorted(known))})")
+    spec = search_spec(cap, rel_tol, abs_tol, scan_points)
     models = _Models(cache, device)
     store = RunStore(run_dir)
     for cell_id, rows in res.groupby("cell_id", sort=False):
         df = store.read_samples(cell_id, required=True)
-        todo = [v for v in rows["victim"] if v in wanted and not _measured(df, v)]
+        todo = [v for v in rows["victim"] if v in wanted and not _measured(df, v, spec)]
         if not todo:
             continue
         x, x_adv, y, target, index = cell_images(run_dir, cell_id, manifest, data_dir)
@@ -280,18 +366,22 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
         for col in MEASURED_COLUMNS:
             if col not in df.columns:
                 df[col] = pd.Series(np.nan, index=df.index, dtype="float64")
+        if "min_search" not in df.columns:
+            df["min_search"] = pd.Series("", index=df.index, dtype=object)
+        df["min_search"] = df["min_search"].astype(object).where(df["min_search"].notna(), "")
         for v in todo:
             size = str(rows.loc[rows["victim"] == v, "zoo_size"].iloc[0])
             log(f"minimal distortion: cell {cell_id} victim {v} ({len(x)} images)")
             model = models.get(v, size)
             lm = getattr(model, "label_map", None)  # a downstream victim: its own labels (never targeted)
             out = min_scale_search(model, x, x_adv, lm[goal] if lm is not None else goal, targeted, cap, rel_tol,
-                                   abs_tol, batch_size, device)
-            m = pd.DataFrame({"index": index.numpy(), **{k: out[k].numpy() for k in MEASURED_COLUMNS}})
+                                   abs_tol, batch_size, device, scan_points=scan_points)
+            m = pd.DataFrame({"index": index.numpy(), **{k: out[k].numpy().astype(float) for k in MEASURED_COLUMNS}})
             sel = df["victim"] == v
             merged = df.loc[sel, ["index"]].merge(m, on="index", how="left")
             for col in MEASURED_COLUMNS:
                 df.loc[sel, col] = merged[col].to_numpy(dtype=float)
+            df.loc[sel, "min_search"] = np.where(merged["queries"].notna().to_numpy(), spec, "")
         store.replace_samples(cell_id, df)
     return write_summary(run_dir, res)
 
@@ -312,7 +402,8 @@ def write_summary(run_dir: str | Path, res: pd.DataFrame | None = None, r_max: f
                 continue
             r = meta.loc[(cid, v)]
             rows.append({"cell_id": cid, "victim": v, **{c: r[c] for c in cols[2:]},
-                         **summarize(g["min_linf"], g["min_l2"], g["clean_correct"], r_max),
+                         **summarize(g["min_linf"], g["min_l2"], g["clean_correct"], r_max,
+                                     g["min_exact"] if "min_exact" in g.columns else None),
                          "mean_queries": float(g["queries"].mean())})
     out = pd.DataFrame(rows, columns=None if rows else cols)
     if len(out):
@@ -325,4 +416,5 @@ def write_summary(run_dir: str | Path, res: pd.DataFrame | None = None, r_max: f
 
 
 __all__ = ["min_scale_search", "success_curve", "curve_auc", "summarize", "measure_run", "write_summary",
-           "cell_images", "linf_grid", "DEFAULT_CAP", "DEFAULT_REL_TOL", "DEFAULT_ABS_TOL"]
+           "cell_images", "linf_grid", "scan_grid", "search_spec", "DEFAULT_CAP", "DEFAULT_REL_TOL",
+           "DEFAULT_ABS_TOL", "DEFAULT_SCAN_POINTS", "SEARCH_VERSION"]
