@@ -5,10 +5,12 @@ and every value of the grid. Each failure is one :class:`UserError` line (the CL
 adds what needs the machine or the data: the device exists and is available and can run the
 spec's precision, the executor's profile and package are there, the run folder can be written,
 the data splits are readable with the right shapes, dtypes and labels, ``n``/``start`` lie within
-the split, every cell's attack resolves with its parameters (names and types), target classes lie
-within the label set, a backward-path attack (SGM, LinBP) finds a site to change in each
-harness-trained surrogate it runs on (checked on freshly built networks), and trained
-checkpoints are intact. :func:`advtransfer.runner.run_grid` and
+the split, every cell's attack resolves with its parameters (names, types and ranges from the
+attack's declared :class:`~advtransfer.attacks.params.Param` s) and passes its own
+:meth:`~advtransfer.attacks.base.Attack.check` against the cell it will craft in (layer names
+resolve in freshly built networks of the harness-trained surrogates, class indices lie within the
+label set, training-image counts within the training split, a backward-path attack finds a site
+to change), and trained checkpoints are intact. :func:`advtransfer.runner.run_grid` and
 :func:`advtransfer.runner.plan_grid` run it themselves, so the Python API is as safe as the CLI.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 from .errors import UserError
 
 if TYPE_CHECKING:
+    from .attacks.params import CellView
     from .grid import GridSpec
 
 #: what a run folder may hold; a non-empty folder with none of these is not one
@@ -87,38 +90,28 @@ def check_split(ds, n: int, start: int, source: str) -> None:
                         f"lower n (at most {max(0, len(y) - start)} from start {start})")
 
 
-def check_surgery_sites(spec: "GridSpec", cell, attack, image_shape: tuple[int, ...], specs: dict,
-                        nets: dict | None = None) -> None:
-    """A UserError when ``attack``'s backward-path surgery (``attack.surgery(shape)``) would change
-    no site in any of ``cell``'s surrogates at the grid's zoo size: the crafting would fail after
-    the cells before it had run (an SGM with nothing to decay would be plain MI-FGSM). Checked on
-    freshly initialised networks of harness-trained entries (architecture only, no weights);
-    ``image_shape`` is the data's H×W×C; ``nets`` (model name → network) keeps the networks built
-    for earlier cells, so each is built once per preflight."""
-    from .attacks.surgery import surgery_targets
-    from .grid import describe
+def cell_view(spec: "GridSpec", cell, specs: dict, ds, n_train: int | None, nets: dict) -> "CellView":
+    """What an attack's :meth:`~advtransfer.attacks.base.Attack.check` sees of ``cell`` before any
+    model trains: a freshly initialised network (architecture only, no weights) of each
+    harness-trained surrogate member (None for pretrained or defended entries, built from their
+    own code and checked when crafted), the dataset's classes and image shape, the training
+    split's size. ``nets`` (model name → network) keeps the networks built for earlier cells."""
+    from .attacks.params import CellView
     from .models import zoo
 
-    nets = {} if nets is None else nets
-    surgery = attack.surgery((image_shape[-1], *image_shape[:-1]))
-    counts = []
+    members, archs = [], []
     for m in cell.surrogate.models:
         src = zoo.declared(zoo.get_spec(m, specs))
-        if src.kind not in ("trained", "collection"):
-            return  # a pretrained or defended network is built from its own code: checked when crafted
-        if m not in nets:
-            nets[m] = src.network(spec.size)
-        for target in surgery_targets([nets[m]]):
-            n, undo = surgery.attach(target)
-            counts.append(n)
-            for u in reversed(undo):
-                u()
-    if not any(counts):
-        models = ", ".join(f"{m} ({zoo.declared(zoo.get_spec(m, specs)).arch_name(spec.size)})"
-                           for m in cell.surrogate.models)
-        raise UserError(f"{spec.source or spec.name}: {describe(cell)}: {cell.attack.attack} finds no site to change in "
-                        f"{models} at size {spec.size} (sgm needs residual blocks, linbp nn.ReLU modules); "
-                        f"leave it out of that surrogate's attacks (at one size: sizes: {{{spec.size}: {{attacks: [...]}}}})")
+        if src.kind in ("trained", "collection"):
+            if m not in nets:
+                nets[m] = src.network(spec.size)
+            members.append((m, nets[m]))
+            archs.append((m, src.arch_name(spec.size)))
+        else:
+            members.append((m, None))
+    h, w, c = tuple(ds.x.shape[1:])
+    return CellView(networks=tuple(members), num_classes=len(ds.classes), image_shape=(c, h, w), n_train=n_train,
+                    models=frozenset(specs), size=spec.size, archs=tuple(archs))
 
 
 def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_dir: str | os.PathLike | None = None,
@@ -140,18 +133,12 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     check_split(ds, spec.n, spec.start, spec.source)
     specs = zoo.load_specs()
     shas = {m: f"unchecked:{m}" for m in spec.model_names()}
-    crafts: list[tuple[str, int]] = []  # (attack label, training images it crafts on)
-    nets: dict = {}  # networks built for the backward-path check, by model name
-    for cell in expand_cells(spec, shas):  # resolves every attack: parameter names, types, ranges
-        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
-        tc = attack.extra.get("target_class")
-        if tc is not None and not 0 <= int(tc) < len(ds.classes):
-            raise UserError(f"{spec.source}: attack {cell.attack.label!r}: target_class {tc} is outside the label "
-                            f"set 0..{len(ds.classes) - 1}")
-        if attack.extra.get("n_craft") is not None:
-            crafts.append((cell.attack.label, int(attack.extra["n_craft"])))
-        if callable(getattr(attack, "surgery", None)):
-            check_surgery_sites(spec, cell, attack, tuple(ds.x.shape[1:]), specs, nets)
+    # every attack resolves first (parameter names, types, static ranges)
+    cells = [(cell, resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models)))
+             for cell in expand_cells(spec, shas)]
+    # what needs the cell (layers of the surrogates, classes of the data) before anything slower
+    nets: dict = {}  # networks built for the checks, by model name
+    _check_cells(spec, cells, specs, ds, None, nets)
     needs_training = False
     for m in spec.model_names():
         src = zoo.declared(zoo.get_spec(m, specs))
@@ -159,10 +146,20 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
             src.check(spec.size, cache)  # a corrupt checkpoint is refused before anything runs
         elif src.trains:
             needs_training = True
-    if crafts or needs_training:
+    learns = any(p.within == "train_images" for _, a in cells for p in a.declared().values())
+    if learns or needs_training:
         train = load_dataset(spec.dataset, "train", data_dir)
         check_split(train, 1, 0, spec.source)
-        for label, n_craft in crafts:
-            if n_craft > len(train):
-                raise UserError(f"{spec.source}: attack {label!r}: n_craft {n_craft} exceeds the "
-                                f"{len(train)} training images")
+        if learns:  # training-image counts against the split, now that its size is known
+            _check_cells(spec, cells, specs, ds, len(train), nets)
+
+
+def _check_cells(spec: "GridSpec", cells: list, specs: dict, ds, n_train: int | None, nets: dict) -> None:
+    """Each (cell, attack)'s own check against its :func:`cell_view`; a failure names the cell."""
+    from .grid import describe
+
+    for cell, attack in cells:
+        try:
+            attack.check(cell_view(spec, cell, specs, ds, n_train, nets))
+        except UserError as e:
+            raise UserError(f"{spec.source or spec.name}: {describe(cell)}: {e}") from None

@@ -162,7 +162,14 @@ BAD_INPUTS: list[tuple[str, str, dict | str | None, list[str], str]] = [
     ("gen-n-craft-too-large", "a generator trained on more images than the training split",
      _grid(**_attack("cda", n_craft=60000)), ["grid"], "exceeds the"),
     ("gen-width-zero", "a generator of width 0", _grid(**_attack("cda", width=0)), ["grid"],
-     "width must be a positive integer"),
+     "width must be an integer >= 1"),
+    # checked against the cell before any model trains (the ci zoo is untrained here)
+    ("layer-unknown", "a feature-level attack naming a layer the surrogate lacks",
+     _grid(**_attack("fia", layer="net.nope.9")), ["grid"], "unknown layer 'net.nope.9'"),
+    ("target-outside-labels", "a fixed target class outside the ten labels",
+     _grid(**_attack("mifgsm", targeted=True, target=42)), ["grid"], "target 42 is outside the label set 0..9"),
+    ("layers-unknown", "DTA naming a layer list with one the surrogate lacks",
+     _grid(**_attack("dta", layers=["net.layers.1", "net.layers.99"])), ["grid"], "unknown layer 'net.layers.99'"),
     # a run folder whose files were damaged (a disk filled up, a copy cut short): one line naming the file
     ("compare-damaged", "compare on a run whose results.parquet is damaged", None, ["compare", "{run:results}"],
      "results.parquet is unreadable"),

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
 from .base import Attack, SurrogateCall, register_attack, take_extra
+from .params import Param
 from .ops import ascent_direction, normalize, project
 
 
@@ -50,12 +50,13 @@ RATIOS = ("authors", "mean_own")
 
 @register_attack("adaea", kind="ensemble", version=2)
 class AdaEA(Attack):
-    extra_defaults = {"momentum": 1.0, "beta": 10.0, "threshold": -0.3, "ratio": "authors"}
+    parameters = {"momentum": Param(1.0, "number", lo=0, doc="momentum μ"),
+                  "beta": Param(10.0, "number", lo=0, doc="softmax temperature of the transfer ratios"),
+                  "threshold": Param(-0.3, "number", lo=-1, hi=1, doc="cosine-similarity threshold of the disagreement mask"),
+                  "ratio": Param("authors", "choice", choices=RATIOS, doc="transfer-ratio form")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = take_extra(self, kwargs)
-        if extra["ratio"] not in RATIOS:
-            raise UserError(f"attack 'adaea': ratio must be one of {', '.join(RATIOS)}, got {extra['ratio']!r}")
         return {k: (v if k == "ratio" else float(v)) for k, v in extra.items()}
 
     @torch.no_grad()

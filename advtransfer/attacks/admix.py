@@ -9,6 +9,7 @@ import torch
 
 from ..errors import UserError
 from .base import CraftContext, Crafted, SurrogateSet, register_attack
+from .params import Param
 from .iterative import CopyAveragedAttack
 
 
@@ -24,14 +25,13 @@ class Admix(CopyAveragedAttack):
     directly, give it with :meth:`set_pool` (x_pool: M×C×H×W in [0,1]), or the first ``n_pool``
     CIFAR-10 training images are used."""
 
-    extra_defaults = {**CopyAveragedAttack.extra_defaults, "n_scales": 5, "n_mix": 3, "portion": 0.2,
-                      "n_pool": 1000}
+    parameters = {**CopyAveragedAttack.parameters, "n_scales": Param(5, "int", lo=1, doc="scale copies m1"),
+                  "n_mix": Param(3, "int", lo=1, doc="admixed images m2"),
+                  "portion": Param(0.2, "number", lo=0, doc="admix strength η"),
+                  "n_pool": Param(1000, "int", lo=1, doc="images the admixed ones are drawn from")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        for key in ("n_scales", "n_mix", "n_pool"):
-            if int(extra[key]) < 1:
-                raise UserError(f"{key} must be >= 1, got {extra[key]}")
         self._pool: torch.Tensor | None = None
         return extra
 

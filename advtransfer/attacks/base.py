@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..registry import Registry
 from ..utils import parse_fraction
+from .params import CellView, Param, common_parameters
 
 ENSEMBLE_MODES = ("logit", "loss", "prob")
 #: attacker losses: ``ce`` (cross-entropy), ``logit`` (the target's logit, or minus the true
@@ -398,7 +399,26 @@ class Attack:
     hooks_model = False
     norms: tuple[str, ...] = ("linf", "l2")
     default_steps = 10
+    #: the attack's own parameters (beyond :func:`~.params.common_parameters`), one declared
+    #: :class:`~.params.Param` each: default, type and allowed values. Subclasses extend their
+    #: base's (``{**Base.parameters, "n_copies": Param(20, "int", lo=1)}``).
+    parameters: dict[str, Param] = {}
+    #: the parameters' defaults (derived from ``parameters``; a class that sets only this, as
+    #: older plug-in code may, gets parameters whose types are inferred from the defaults)
     extra_defaults: dict[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "extra_defaults" in own and "parameters" not in own:
+            cls.parameters = {k: Param.inferred(v) for k, v in own["extra_defaults"].items()}
+        else:
+            cls.extra_defaults = {k: p.default for k, p in cls.parameters.items()}
+
+    @classmethod
+    def declared(cls) -> dict[str, Param]:
+        """Every parameter the attack takes: the common ones, then its own."""
+        return {**common_parameters(cls.norms, cls.default_steps), **cls.parameters}
 
     def __init__(self, eps: float | str = 8 / 255, norm: str = "linf", steps: int | None = None,
                  alpha: float | str | None = None, targeted: bool = False, seed: int = 0,
@@ -432,7 +452,7 @@ class Attack:
         if loss == "potrip" and not targeted:
             raise UserError(f"attack {self.name!r}: loss potrip is a targeted loss; add targeted: true or use ce/logit")
         self.loss = loss
-        if not (target in TARGET_MODES or (_is_int(target) and 0 <= target < 1000)):
+        if not (target in TARGET_MODES or (_is_int(target) and target >= 0)):
             raise UserError(f"attack {self.name!r}: target must be {', '.join(TARGET_MODES)} or a class index "
                             f"(a grid also takes target: all), got {target!r}")
         self.target = target
@@ -476,6 +496,24 @@ class Attack:
         if self.targeted and self.target != "random":
             out["target"] = self.target
         return out
+
+    def value(self, key: str) -> Any:
+        """The resolved value of declared parameter ``key`` (its own parameters from ``extra``)."""
+        return self.extra[key] if key in self.extra else getattr(self, key)
+
+    def uses(self, key: str) -> bool:
+        """Whether the attack reads parameter ``key`` with its other values (a generator's
+        ``layer`` only under the feature objective): a special layer (``auto``) that would not
+        resolve on a surrogate is then no error. True unless a subclass says otherwise."""
+        return True
+
+    def check(self, cell: CellView) -> None:
+        """Judge the parameters against the cell the attack will craft in (its surrogates' layers,
+        the dataset's classes and training images: :meth:`Param.check_in
+        <advtransfer.attacks.params.Param.check_in>`). The preflight calls it for every cell before
+        any model trains; an attack with checks of its own extends it. A UserError when one fails."""
+        for key, p in self.declared().items():
+            p.check_in(self.name, key, self.value(key), cell, self.uses(key))
 
     def objective(self, y_true: torch.Tensor | None = None) -> Objective:
         """This attack's :class:`Objective` for one call: its loss, ensemble mode and
@@ -571,54 +609,19 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _checked_value(attack: Attack, key: str, value: Any, default: Any) -> Any:
-    """``value`` for extra parameter ``key`` if it has the type of its default (an int where the
-    default is an int, a number or a fraction like 1/255 where it is a float, true/false where it
-    is a bool); else a UserError naming the parameter and the type it needs."""
-    def bad(what: str) -> UserError:
-        return UserError(f"attack {attack.name!r}: parameter {key} must be {what}, got {value!r}")
-
-    if default is None:
-        return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if isinstance(default, int):
-        if not _is_int(value):
-            raise bad("an integer")
-        return value
-    numeric_str = isinstance(default, str) and _parses(default)
-    if isinstance(default, float) or numeric_str:
-        if isinstance(value, bool) or not _parses(value) or not math.isfinite(parse_fraction(value, key)):
-            raise bad("a finite number (or a fraction like 1/255)")
-        return value  # as given: the recorded parameters (and so the cell id) keep the user's spelling
-    if isinstance(default, str) and not isinstance(value, str):
-        raise bad("a string")
-    if isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
-        raise bad("a list")
-    return value
-
-
-def _parses(v: Any) -> bool:
-    try:
-        parse_fraction(v)
-        return not isinstance(v, bool)
-    except UserError:
-        return False
-
-
 def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The attack's ``extra_defaults`` overridden by ``kwargs``; unknown names (with close
-    matches) and values of the wrong type are a UserError."""
+    """The attack's defaults overridden by ``kwargs``, each value judged by its declared
+    :class:`~.params.Param` (type and range); unknown names (with close matches) and values it
+    does not take are a UserError."""
     from ..registry import suggest
 
-    defaults = attack.extra_defaults
-    unknown = sorted(set(kwargs) - set(defaults))
+    declared = attack.parameters
+    unknown = sorted(set(kwargs) - set(declared))
     if unknown:
-        known = sorted(defaults) + ["eps", "norm", "steps", "alpha", "targeted", "seed", "ensemble"]
+        known = sorted(declared) + ["eps", "norm", "steps", "alpha", "targeted", "seed", "ensemble"]
         raise UserError(f"attack {attack.name!r}: " + suggest(str(unknown[0]), known, "parameter"))
-    return {**defaults, **{k: _checked_value(attack, k, v, defaults[k]) for k, v in kwargs.items()}}
+    return {**{k: p.default for k, p in declared.items()},
+            **{k: declared[k].check(attack.name, k, v) for k, v in kwargs.items()}}
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import CopyAveragedAttack
 from .transforms import BSR_FORMS, BlockShuffleRotation
 
@@ -36,15 +36,13 @@ class BSR(CopyAveragedAttack):
     distribution. At 32×32 the paper's 2×2 split gives blocks of about 16 px, the same fraction of
     the image as at 224×224, so the default carries over unchanged. Cost: T·N per model."""
 
-    extra_defaults = {**CopyAveragedAttack.extra_defaults, "n_copies": 20, "blocks": 2, "degrees": 24.0,
-                      "form": "authors"}
+    parameters = {**CopyAveragedAttack.parameters, "n_copies": Param(20, "int", lo=1, doc="copies a step"),
+                  "blocks": Param(2, "int", lo=1, doc="strips per axis"),
+                  "degrees": Param(24.0, "number", lo=0, hi=180, doc="largest rotation in degrees"),
+                  "form": Param("authors", "choice", choices=BSR_FORMS, doc="which BSR")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["n_copies"]) < 1 or int(extra["blocks"]) < 1:
-            raise UserError(f"n_copies and blocks must be >= 1, got {extra['n_copies']}, {extra['blocks']}")
-        if extra["form"] not in BSR_FORMS:
-            raise UserError(f"attack 'bsr': form must be one of {', '.join(BSR_FORMS)}, got {extra['form']!r}")
         return extra
 
     def n_copies(self) -> int:

@@ -23,13 +23,12 @@ set of 8 ImageNet targets, N8), and masked fine-tuning for a single class is not
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
 from .base import register_attack
-from .generative import GenerativeAttack, step
+from .generative import CONDS, GenerativeAttack, step
+from .params import Param
 from .generators import bound
 
 
@@ -78,8 +77,10 @@ class CGNC(GenerativeAttack):
 
     conditional = True
     default_objective = "ce"
-    extra_defaults: dict[str, Any] = {**GenerativeAttack.extra_defaults, "cond": "label", "clip": "",
-                                      "views": True, "smooth": True}
+    parameters = {**GenerativeAttack.parameters, "cond": Param("label", "choice", choices=CONDS, doc="what conditions the generator"),
+                                 "clip": Param("", "model", doc="an open_clip zoo entry (cond: clip)"),
+                                 "views": Param(True, "bool", doc="augmented views in training"),
+                                 "smooth": Param(True, "bool", doc="smooth the output")}
 
     def passes_per_update(self) -> int:
         return 3 if self.extra["views"] else 1

@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
 from ..utils import parse_fraction
 from .base import Attack, SurrogateCall, register_attack, take_extra as _take_extra
+from .params import Param
 from .ops import ascent_direction, normalize, project
 
 DEFAULT_BETA_32 = 2.0
@@ -55,7 +55,10 @@ class CWAFamily(Attack):
     def default_alpha(self) -> float:
         return self.eps / 5
 
-    extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "beta": DEFAULT_BETA_32, "r_over_eps": "1/15"}
+    parameters = {"momentum": Param(1.0, "number", lo=0, doc="outer momentum"),
+                  "inner_momentum": Param(1.0, "number", lo=0, doc="inner momentum"),
+                  "beta": Param(DEFAULT_BETA_32, "number", lo=0, doc="inner step size β"),
+                  "r_over_eps": Param("1/15", "number", lo=0, doc="SAM radius r as a fraction of ε")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         given_beta = "beta" in kwargs
@@ -63,8 +66,6 @@ class CWAFamily(Attack):
         if self.norm == "l2" and not given_beta:
             extra["beta"] = self.eps  # one ε-sized L2 move per member (see the module docstring)
         extra = {k: parse_fraction(v, k) for k, v in extra.items()}
-        if min(extra.values()) < 0:
-            raise UserError(f"attack {self.name!r}: {', '.join(extra)} must be >= 0")
         return extra
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .base import register_attack
+from .params import Param
 from .iterative import IterativeAttack
 from .transforms import InputDiversity
 
@@ -14,7 +15,8 @@ class DIFGSM(IterativeAttack):
     (0.5), ``momentum`` (1.0; 0 gives plain DI²-FGSM). Randomness is per image."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "resize_rate": 0.9, "diversity_prob": 0.5}
+    parameters = {**IterativeAttack.parameters, "resize_rate": Param(0.9, "number", lo=0, lo_open=True, doc="smallest resize as a fraction of the side"),
+                      "diversity_prob": Param(0.5, "number", lo=0, hi=1, doc="probability of transforming a copy")}
 
     def setup(self, x: torch.Tensor, index: torch.Tensor) -> InputDiversity:
         return InputDiversity(self.rngs(index, "di"), float(self.extra["resize_rate"]),

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .features import FeatureLevelAttack, FeatureTap, candidate_layers, check_plain
 from .iterative import IterativeAttack
 
@@ -22,13 +23,11 @@ class DTA(FeatureLevelAttack, IterativeAttack):
     # the clean image is a stationary point of a label-free feature distance (zero gradient):
     # start uniformly in the ε-ball, drawn per image from (seed, dataset index)
     random_start = True
-    extra_defaults = {**IterativeAttack.extra_defaults, "layers": "all"}
+    parameters = {**IterativeAttack.parameters, "layers": Param("all", "layers", doc="all candidate blocks, or a list of layer names")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
         v = extra["layers"]
-        if not (v == "all" or (isinstance(v, (list, tuple)) and v and all(isinstance(s, str) for s in v))):
-            raise UserError(f"attack 'dta': layers must be 'all' or a list of layer names, got {v!r}")
         extra["layers"] = v if v == "all" else list(v)
         self.check_untargeted()
         return extra

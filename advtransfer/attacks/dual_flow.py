@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
-from .generative import GenerativeAttack, Conditioned, step
+from .params import Param
+from .generative import CONDS, Conditioned, GenerativeAttack, step
 from .generators import FlowVelocity, bound
 from .ops import project
 
@@ -46,12 +46,12 @@ class DualFlow(GenerativeAttack):
     conditional = True
     default_objective = "ce"
     default_steps = 300
-    extra_defaults: dict[str, Any] = {**GenerativeAttack.extra_defaults, "cond": "label", "clip": "", "flow_steps": 4}
+    parameters = {**GenerativeAttack.parameters, "cond": Param("label", "choice", choices=CONDS, doc="what conditions the flow"),
+                                 "clip": Param("", "model", doc="an open_clip zoo entry (cond: clip)"),
+                                 "flow_steps": Param(4, "int", lo=1, doc="flow steps")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = super().init_extra(**kwargs)
-        if not isinstance(extra["flow_steps"], int) or extra["flow_steps"] < 1:
-            raise UserError(f"attack {self.name!r}: flow_steps must be a positive integer, got {extra['flow_steps']!r}")
         return extra
 
     def passes_per_update(self) -> int:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .generative import GenerativeAttack, TrainState
 from .transforms import dct_2d, dct_matrix, idct_2d
 
@@ -56,8 +57,12 @@ class FACL(GenerativeAttack):
     ``facl_weight`` (λ); ``fadr: false`` or ``facl_weight: 0`` ablate a module."""
 
     default_objective = "feature"
-    extra_defaults: dict[str, Any] = {**GenerativeAttack.extra_defaults, "band_low": 0.1, "band_high": 0.5,
-                                      "fadr": True, "fadr_sigma": "16/255", "fadr_rho": 0.5, "facl_weight": 1.0}
+    parameters = {**GenerativeAttack.parameters, "band_low": Param(0.1, "number", lo=0, hi=1, doc="low edge of the frequency band"),
+                                 "band_high": Param(0.5, "number", lo=0, hi=1, doc="high edge of the frequency band"),
+                                 "fadr": Param(True, "bool", doc="frequency-aware domain randomisation"),
+                                 "fadr_sigma": Param("16/255", "number", lo=0, doc="its noise σ in pixel space"),
+                                 "fadr_rho": Param(0.5, "number", lo=0, hi=1, hi_open=True, doc="its spectrum mask ρ"),
+                                 "facl_weight": Param(1.0, "number", lo=0, doc="weight of the contrastive term")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         if self.targeted:
@@ -66,13 +71,11 @@ class FACL(GenerativeAttack):
         if extra["objective"] != "feature":
             raise UserError(f"attack {self.name!r}: FACL's contrastive term lives at a surrogate layer; objective must be feature")
         lo, hi = float(extra["band_low"]), float(extra["band_high"])
-        if not 0 <= lo < hi <= 1:
-            raise UserError(f"attack {self.name!r}: need 0 <= band_low < band_high <= 1, got {lo} and {hi}")
+        if not lo < hi:
+            raise UserError(f"attack {self.name!r}: band_low must lie below band_high, got {lo} and {hi}")
         from ..utils import parse_fraction
 
         self._sigma = parse_fraction(extra["fadr_sigma"], "fadr_sigma")
-        if self._sigma < 0 or not 0 <= float(extra["fadr_rho"]) < 1 or float(extra["facl_weight"]) < 0:
-            raise UserError(f"attack {self.name!r}: fadr_sigma >= 0, 0 <= fadr_rho < 1 and facl_weight >= 0 are needed")
         return extra
 
     def passes_per_update(self) -> int:

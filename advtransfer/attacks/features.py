@@ -233,8 +233,3 @@ def layer_grads(tap: FeatureTap, xs: torch.Tensor, y: torch.Tensor, score: str =
         s = logits if score == "logit" else torch.softmax(logits, 1)
         (g,) = torch.autograd.grad(s.gather(1, y[:, None]).sum(), f)
     return g.detach()
-
-
-def check_score(attack, score: str) -> None:
-    if score not in SCORES:
-        raise UserError(f"attack {attack.name!r}: score must be one of {', '.join(SCORES)}, got {score!r}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
-from .features import FeatureLevelAttack, check_score, layer_grads
+from .params import Param
+from .features import SCORES, SPECIAL_LAYERS, FeatureLevelAttack, layer_grads
 from .iterative import IterativeAttack
 
 
@@ -20,16 +20,13 @@ class FIA(FeatureLevelAttack, IterativeAttack):
     per image from (seed, dataset index). Cost: (N + T) per model."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "n_ens": 30, "drop_prob": 0.3,
-                      "score": "logit"}
+    parameters = {**IterativeAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
+                  "n_ens": Param(30, "int", lo=1, doc="random masks N"),
+                  "drop_prob": Param(0.3, "number", lo=0, hi=1, hi_open=True, doc="pixel drop probability"),
+                  "score": Param("logit", "choice", choices=SCORES, doc="the score whose gradient weighs the features")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["n_ens"]) < 1:
-            raise UserError(f"attack 'fia': n_ens must be >= 1, got {extra['n_ens']}")
-        if not 0 <= float(extra["drop_prob"]) < 1:
-            raise UserError(f"attack 'fia': drop_prob must be in [0, 1), got {extra['drop_prob']}")
-        check_score(self, extra["score"])
         self.check_untargeted()
         return extra
 

@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, Perturbed, SurrogateCall, SurrogateSet, take_extra
-from .features import check_plain, taps
+from .params import Param
+from .features import SPECIAL_LAYERS, check_plain, taps
 from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
 
 #: generator losses (``objective``): ``feature`` — cosine similarity of the surrogate's features at
@@ -91,20 +92,22 @@ class GenerativeAttack(Attack):
     #: sized for 2 CPU cores (a cell on one ResNet-20 trains in a few minutes): width 16, 2 residual
     #: blocks (~0.2M parameters), 600 updates of 32 of 5,000 training images; the papers' generator
     #: is width 64 with 6 blocks (README: full-size recipe)
-    extra_defaults: dict[str, Any] = {"n_craft": 5000, "batch": 32, "lr": 2e-4, "width": 16, "blocks": 2,
-                                      "objective": "", "layer": "auto"}
+    parameters = {"n_craft": Param(5000, "int", lo=1, within="train_images", doc="training images the generator learns on"),
+                                 "batch": Param(32, "int", lo=1, doc="images an update"),
+                                 "lr": Param(2e-4, "number", lo=0, lo_open=True, doc="Adam learning rate"),
+                                 "width": Param(16, "int", lo=1, doc="generator channels"),
+                                 "blocks": Param(2, "int", lo=1, doc="residual blocks of the generator"),
+                                 "objective": Param("", "choice", choices=("", *OBJECTIVES), doc="training loss ('': the attack's default)"),
+                                 "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the feature objective's layer")}
+
+    def uses(self, key: str) -> bool:
+        """``layer`` is read only by the feature objective."""
+        return key != "layer" or self.extra["objective"] == "feature"
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = take_extra(self, kwargs)
-        for k in ("n_craft", "batch", "width", "blocks"):
-            if not isinstance(extra[k], int) or extra[k] < 1:
-                raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
         extra["lr"] = float(extra["lr"])
-        if not extra["lr"] > 0:
-            raise UserError(f"attack {self.name!r}: lr must be positive, got {extra['lr']!r}")
         extra["objective"] = extra["objective"] or self.default_objective
-        if extra["objective"] not in OBJECTIVES:
-            raise UserError(f"attack {self.name!r}: objective must be one of {', '.join(OBJECTIVES)}, got {extra['objective']!r}")
         if self.targeted and extra["objective"] in ("feature", "rce"):
             raise UserError(f"attack {self.name!r}: objective {extra['objective']} is untargeted; a targeted "
                             f"generator uses ce or logit")
@@ -113,8 +116,6 @@ class GenerativeAttack(Attack):
         if self.conditional:
             if not self.targeted:
                 raise UserError(f"attack {self.name!r} is a multi-target (conditional) generator: it needs targeted: true")
-            if extra["cond"] not in CONDS:
-                raise UserError(f"attack {self.name!r}: cond must be one of {', '.join(CONDS)}, got {extra['cond']!r}")
             if extra["cond"] == "clip" and not extra["clip"]:
                 raise UserError(f"attack {self.name!r}: cond clip needs clip: <zoo entry of an open_clip model>")
         if self.target == "least_likely":

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
-from .features import FeatureLevelAttack
+from .params import Param
+from .features import SPECIAL_LAYERS, FeatureLevelAttack
 from .iterative import IterativeAttack
 
 
@@ -19,12 +19,11 @@ class ILA(FeatureLevelAttack, IterativeAttack):
     the clean image, as in the authors' code. Cost: (base_steps + T) per model."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "base_steps": 10}
+    parameters = {**IterativeAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
+                  "base_steps": Param(10, "int", lo=1, doc="steps of the I-FGSM that gives the guide")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["base_steps"]) < 1:
-            raise UserError(f"attack 'ila': base_steps must be >= 1, got {extra['base_steps']}")
         self.check_untargeted()
         return extra
 

@@ -5,8 +5,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import UserError
 from .base import Attack, SurrogateCall, take_extra
+from .params import Param
 from .ops import ascent_direction, momentum_term, project, random_in_ball
 
 
@@ -22,13 +22,11 @@ class IterativeAttack(Attack):
     nesterov = False
     random_start = False
     #: ``momentum: None`` means the class default (``default_momentum``)
-    extra_defaults: dict[str, Any] = {"momentum": None}
+    parameters = {"momentum": Param(None, "number", lo=0, none_ok=True, doc="momentum μ (null: the attack's default)")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = take_extra(self, kwargs)
         mu = self.default_momentum if extra["momentum"] is None else float(extra["momentum"])
-        if mu < 0:
-            raise UserError(f"momentum must be non-negative, got {mu}")
         extra["momentum"] = mu
         return extra
 

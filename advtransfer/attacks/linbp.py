@@ -11,11 +11,11 @@ renormalisation (:class:`~advtransfer.attacks.surgery.LinearBackward`).
 """
 from __future__ import annotations
 
-from ..errors import UserError
 from .base import register_attack
-from .features import resolve_layer
+from .params import Param
+from .features import SPECIAL_LAYERS, resolve_layer
 from .iterative import IterativeAttack
-from .surgery import LinearBackward, LinearBackwardRenorm, applied
+from .surgery import LinearBackward, LinearBackwardRenorm, applied, check_sites
 
 #: backward-path forms: the authors' code, or plain linear backpropagation (version 1)
 FORMS = ("authors", "equation")
@@ -39,13 +39,17 @@ class LinBP(IterativeAttack):
     hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "form": "authors"}
+    parameters = {**IterativeAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
+                  "form": Param("authors", "choice", choices=FORMS, doc="renormalised (authors) or plain linear backward")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if extra["form"] not in FORMS:
-            raise UserError(f"attack 'linbp': form must be one of {', '.join(FORMS)}, got {extra['form']!r}")
         return extra
+
+    def check(self, cell) -> None:
+        """The declared checks, then that the surgery finds a site in the cell's surrogates."""
+        super().check(cell)
+        check_sites(self, cell)
 
     def surgery(self, shape: tuple[int, ...]):
         """The backward-path change this attack applies (by ``form``) for inputs of ``shape`` (C×H×W)."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
-from .features import FeatureLevelAttack, check_score, layer_grads
+from .params import Param
+from .features import SCORES, SPECIAL_LAYERS, FeatureLevelAttack, layer_grads
 from .iterative import IterativeAttack
 
 
@@ -23,18 +23,14 @@ class NAA(FeatureLevelAttack, IterativeAttack):
     Cost: (N + T) per model."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "auto", "n_ens": 30, "gamma": 1.0,
-                      "noise": 0.1, "score": "prob"}
+    parameters = {**IterativeAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
+                  "n_ens": Param(30, "int", lo=1, doc="integrated-gradient steps N"),
+                  "gamma": Param(1.0, "number", lo=0, doc="weight of negative attributions"),
+                  "noise": Param(0.1, "number", lo=0, doc="noise scale of the path"),
+                  "score": Param("prob", "choice", choices=SCORES, doc="the attributed score")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["n_ens"]) < 1:
-            raise UserError(f"attack 'naa': n_ens must be >= 1, got {extra['n_ens']}")
-        if float(extra["gamma"]) < 0:
-            raise UserError(f"attack 'naa': gamma must be >= 0, got {extra['gamma']}")
-        if float(extra["noise"]) < 0:
-            raise UserError(f"attack 'naa': noise must be >= 0, got {extra['noise']}")
-        check_score(self, extra["score"])
         self.check_untargeted()
         return extra
 

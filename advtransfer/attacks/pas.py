@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import IterativeAttack
 from .surgery import Surgery, applied, residual_branch_ends, scale_grad
 
@@ -90,7 +91,9 @@ class PAS(IterativeAttack):
     hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "gammas": [0.5, 0.5, 0.5], "deltas": [1.0, 1.0, 1.0]}
+    parameters = {**IterativeAttack.parameters,
+                  "gammas": Param([0.5, 0.5, 0.5], "numbers", lo=0, lo_open=True, hi=1, length=N_STAGES, doc="residual-branch decay per stage"),
+                  "deltas": Param([1.0, 1.0, 1.0], "numbers", lo=0, lo_open=True, hi=1, length=N_STAGES, doc="SkipConv decay per stage")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import CraftContext, register_attack
+from .params import Param
 from .generative import GenerativeAttack, TrainState
 
 
@@ -40,8 +41,11 @@ class PDCL(GenerativeAttack):
     ``prompt_lr`` (phase 1), ``pdcl_weight`` (λ)."""
 
     default_objective = "feature"
-    extra_defaults: dict[str, Any] = {**GenerativeAttack.extra_defaults, "clip": "", "n_ctx": 4, "prompt_steps": 100,
-                                      "prompt_lr": 2e-3, "pdcl_weight": 1.0}
+    parameters = {**GenerativeAttack.parameters, "clip": Param("", "model", doc="an open_clip zoo entry with its text tower"),
+                                 "n_ctx": Param(4, "int", lo=1, doc="prompt context tokens"),
+                                 "prompt_steps": Param(100, "int", lo=1, doc="prompt-learning steps"),
+                                 "prompt_lr": Param(2e-3, "number", lo=0, lo_open=True, doc="prompt learning rate"),
+                                 "pdcl_weight": Param(1.0, "number", lo=0, doc="weight of the prompt term")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         if self.targeted:
@@ -52,9 +56,6 @@ class PDCL(GenerativeAttack):
         if not extra["clip"]:
             raise UserError(f"attack {self.name!r} needs clip: <zoo entry of an open_clip model with its text tower>, "
                             f"e.g. clip_vit_b32")
-        for k in ("n_ctx", "prompt_steps"):
-            if not isinstance(extra[k], int) or extra[k] < 1:
-                raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
         extra["prompt_lr"], extra["pdcl_weight"] = float(extra["prompt_lr"]), float(extra["pdcl_weight"])
         return extra
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from .base import register_attack
-from .features import FeatureLevelAttack
+from .params import Param
+from .features import SPECIAL_LAYERS, FeatureLevelAttack
 from .iterative import IterativeAttack
 
 
@@ -20,7 +21,7 @@ class ReprPush(FeatureLevelAttack, IterativeAttack):
     # the clean image is a stationary point of a label-free feature distance (zero gradient):
     # start uniformly in the ε-ball, drawn per image from (seed, dataset index)
     random_start = True
-    extra_defaults = {**IterativeAttack.extra_defaults, "layer": "penultimate"}
+    parameters = {**IterativeAttack.parameters, "layer": Param("penultimate", "layer", choices=SPECIAL_LAYERS, doc="the representation pushed")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)

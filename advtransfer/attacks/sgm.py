@@ -12,10 +12,10 @@ every residual branch, the first block of a stage included
 """
 from __future__ import annotations
 
-from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import IterativeAttack
-from .surgery import SkipGradient, SkipGradientAtReLUs, applied
+from .surgery import SkipGradient, SkipGradientAtReLUs, applied, check_sites
 
 #: backward-path forms: the authors' code, or the paper's equation (version 1)
 FORMS = ("authors", "equation")
@@ -44,16 +44,17 @@ class SGM(IterativeAttack):
     hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "gamma": 0.2, "form": "authors"}
+    parameters = {**IterativeAttack.parameters, "gamma": Param(0.2, "number", lo=0, lo_open=True, hi=1, doc="residual-gradient decay γ"),
+                  "form": Param("authors", "choice", choices=FORMS, doc="where the decay applies")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        g = float(extra["gamma"])
-        if not 0 < g <= 1:
-            raise UserError(f"attack 'sgm': gamma must be in (0, 1], got {extra['gamma']!r}")
-        if extra["form"] not in FORMS:
-            raise UserError(f"attack 'sgm': form must be one of {', '.join(FORMS)}, got {extra['form']!r}")
         return extra
+
+    def check(self, cell) -> None:
+        """The declared checks, then that the surgery finds a site in the cell's surrogates."""
+        super().check(cell)
+        check_sites(self, cell)
 
     def surgery(self, shape: tuple[int, ...] | None = None):
         """The backward-path change this attack applies (by ``form``); ``shape`` (C×H×W of the

@@ -3,8 +3,8 @@ mean over scale copies x/2^i, i = 0..m−1, of the input gradient (through the s
 authors' code). ``nesterov: true`` gives SI-NI-FGSM."""
 from __future__ import annotations
 
-from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import CopyAveragedAttack
 
 
@@ -14,12 +14,11 @@ class SIM(CopyAveragedAttack):
     At 32×32 the paper's m = 5 (down to x/16) is kept: scaling is by value, not by size, so the
     ImageNet setting carries over unchanged. Cost: T·m per model."""
 
-    extra_defaults = {**CopyAveragedAttack.extra_defaults, "n_scales": 5, "nesterov": False}
+    parameters = {**CopyAveragedAttack.parameters, "n_scales": Param(5, "int", lo=1, doc="scale copies"),
+                  "nesterov": Param(False, "bool", doc="Nesterov look-ahead (SI-NI)")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["n_scales"]) < 1:
-            raise UserError(f"n_scales must be >= 1, got {extra['n_scales']}")
         self.nesterov = bool(extra["nesterov"])
         return extra
 

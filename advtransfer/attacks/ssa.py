@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import CopyAveragedAttack
 from .transforms import SpectrumSimulation, dct_matrix
 
@@ -17,14 +17,12 @@ class SSA(CopyAveragedAttack):
     over the whole image per channel (32×32 here, 299×299 in the paper); the gradient is taken
     at the copy (the authors' code), not through the mask. Randomness is per image. Cost: T·N."""
 
-    extra_defaults = {**CopyAveragedAttack.extra_defaults, "n_copies": 20, "rho": 0.5, "sigma_over_eps": 1.0}
+    parameters = {**CopyAveragedAttack.parameters, "n_copies": Param(20, "int", lo=1, doc="spectrum copies N"),
+                  "rho": Param(0.5, "number", lo=0, hi=1, doc="mask M ~ U(1-rho, 1+rho)"),
+                  "sigma_over_eps": Param(1.0, "number", lo=0, doc="noise σ as a multiple of ε")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
-        if int(extra["n_copies"]) < 1:
-            raise UserError(f"n_copies must be >= 1, got {extra['n_copies']}")
-        if not 0 <= float(extra["rho"]) <= 1:
-            raise UserError(f"rho must lie in [0, 1], got {extra['rho']}")
         return extra
 
     def n_copies(self) -> int:

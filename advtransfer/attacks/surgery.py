@@ -473,6 +473,30 @@ def surgery_targets(models: Iterable[nn.Module]) -> list[nn.Module]:
     return out
 
 
+def check_sites(attack: Any, cell: Any) -> None:
+    """A UserError when ``attack``'s backward-path surgery (``attack.surgery(shape)``) would change
+    no site in any network of ``cell`` (a :class:`~advtransfer.attacks.params.CellView`): an SGM
+    with nothing to decay would be plain MI-FGSM, and the crafting would fail only after the cells
+    before it had run. Members the preflight could not build (None) are not judged; a cell with
+    any such member passes (its network is checked when crafted)."""
+    nets = [n for _, n in cell.networks]
+    if not nets or any(n is None for n in nets):
+        return
+    surgery = attack.surgery(tuple(cell.image_shape))
+    counts = []
+    for target in surgery_targets(nets):
+        n, undo = surgery.attach(target)
+        counts.append(n)
+        for u in reversed(undo):
+            u()
+    if not any(counts):
+        archs = dict(cell.archs)
+        models = ", ".join(f"{m} ({archs.get(m, '?')})" for m, _ in cell.networks)
+        raise UserError(f"{attack.name} finds no site to change in {models} at size {cell.size} (sgm needs "
+                        f"residual blocks, linbp nn.ReLU modules); leave it out of that surrogate's attacks "
+                        f"(at one size: sizes: {{{cell.size}: {{attacks: [...]}}}})")
+
+
 @contextmanager
 def applied(surgery: Surgery, models: Sequence[nn.Module], require: bool = True) -> Iterator[list[int]]:
     """Apply ``surgery`` to every model for the duration of the ``with`` block; yields the number

@@ -20,20 +20,21 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
 from ..utils import parse_fraction
 from .base import Attack, SurrogateCall, register_attack, take_extra
+from .params import Param
 from .ops import ascent_direction, normalize, project
 
 
 @register_attack("svre", kind="ensemble", version=1)
 class SVRE(Attack):
-    extra_defaults = {"momentum": 1.0, "inner_momentum": 1.0, "inner_steps": 0, "beta": None}
+    parameters = {"momentum": Param(1.0, "number", lo=0, doc="outer momentum"),
+                  "inner_momentum": Param(1.0, "number", lo=0, doc="inner momentum"),
+                  "inner_steps": Param(0, "int", lo=0, doc="inner steps (0: 4 per model)"),
+                  "beta": Param(None, "number", lo=0, lo_open=True, none_ok=True, doc="inner step size (null: α)")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         e = take_extra(self, kwargs)
-        if int(e["inner_steps"]) < 0:
-            raise UserError(f"inner_steps must be >= 0 (0 means 4 per model), got {e['inner_steps']}")
         return {"momentum": float(e["momentum"]), "inner_momentum": float(e["inner_momentum"]),
                 "inner_steps": int(e["inner_steps"]),
                 "beta": self.alpha if e["beta"] is None else parse_fraction(e["beta"], "beta")}

@@ -8,6 +8,7 @@ import torch
 
 from ..errors import UserError
 from .base import register_attack
+from .params import Param
 from .iterative import IterativeAttack
 from .transforms import InputDiversity, gaussian_kernel, translation_invariant
 
@@ -18,13 +19,16 @@ class TIFGSM(IterativeAttack):
     ``diversity_prob`` (0.0: no input diversity; > 0 gives TI-DIM) and ``resize_rate`` (0.9)."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "kernel_size": 5, "nsig": 3.0, "diversity_prob": 0.0, "resize_rate": 0.9}
+    parameters = {**IterativeAttack.parameters, "kernel_size": Param(5, "int", lo=1, doc="odd Gaussian kernel side"),
+                      "nsig": Param(3.0, "number", lo=0, lo_open=True, doc="kernel radius in standard deviations"),
+                      "diversity_prob": Param(0.0, "number", lo=0, hi=1, doc="DI probability (0: none)"),
+                      "resize_rate": Param(0.9, "number", lo=0, lo_open=True, doc="DI's smallest resize")}
 
     def init_extra(self, **kwargs):
         extra = super().init_extra(**kwargs)
         k = int(extra["kernel_size"])
-        if k < 1 or k % 2 == 0:
-            raise UserError(f"kernel_size must be a positive odd integer, got {k}")
+        if k % 2 == 0:
+            raise UserError(f"attack 'tifgsm': kernel_size must be a positive odd integer, got {k}")
         self._kernel = gaussian_kernel(k, float(extra["nsig"]))
         return extra
 

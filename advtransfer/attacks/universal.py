@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..metrics import predict_batched
 from ..schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, Objective, Perturbed, SurrogateCall, SurrogateSet, take_extra
+from .params import Param
 
 
 @dataclass(frozen=True)
@@ -47,19 +48,17 @@ class UniversalAttack(Attack):
 
     norms = ("linf",)
     default_steps = 40
-    extra_defaults: dict[str, Any] = {"n_craft": 2000, "batch": 100, "decay": 0.7, "beta": 12.0,
-                                      "target_class": 0}
+    parameters = {"n_craft": Param(2000, "int", lo=1, within="train_images", doc="training images the perturbation is fitted on"),
+                                 "batch": Param(100, "int", lo=1, doc="images a step"),
+                                 "decay": Param(0.7, "number", lo=0, lo_open=True, hi=1, doc="step-size decay"),
+                                 "beta": Param(12.0, "number", lo=0, lo_open=True, doc="loss clamp β"),
+                                 "target_class": Param(0, "class", doc="the one target class (targeted)")}
 
     def default_alpha(self) -> float:
         return self.eps / 5
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = take_extra(self, kwargs)
-        for k in ("n_craft", "batch"):
-            if not isinstance(extra[k], int) or extra[k] < 1:
-                raise UserError(f"attack {self.name!r}: {k} must be a positive integer, got {extra[k]!r}")
-        if not 0 < float(extra["decay"]) <= 1 or float(extra["beta"]) <= 0:
-            raise UserError(f"attack {self.name!r}: decay must be in (0, 1] and beta positive")
         extra["decay"], extra["beta"] = float(extra["decay"]), float(extra["beta"])
         extra["target_class"] = int(extra["target_class"])
         if self.target != "random":

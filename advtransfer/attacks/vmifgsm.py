@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .base import SurrogateCall, register_attack
+from .params import Param
 from .iterative import IterativeAttack
 from .ops import ascent_direction, momentum_term, project
 
@@ -15,7 +16,8 @@ class VMIFGSM(IterativeAttack):
     paper). Neighbours are not clipped to [0,1], as in the authors' code. Cost: T·(1+N)·n."""
 
     default_momentum = 1.0
-    extra_defaults = {**IterativeAttack.extra_defaults, "n_samples": 20, "beta": 1.5}
+    parameters = {**IterativeAttack.parameters, "n_samples": Param(20, "int", lo=1, doc="neighbours N"),
+                      "beta": Param(1.5, "number", lo=0, doc="neighbourhood radius as a multiple of ε")}
 
     def perturb(self, S: SurrogateCall, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         mu = self.extra["momentum"]

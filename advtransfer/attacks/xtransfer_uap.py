@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
 from .base import SurrogateCall, register_attack
+from .params import Param
 from .universal import UniversalAttack
 
 
@@ -26,12 +26,11 @@ class XTransferUAP(UniversalAttack):
     (default 0.1: rewards, loss increases per update, measured 0.07-0.13 nats on the cpu-size CIFAR
     zoo; a larger c makes the choice close to round-robin)."""
 
-    extra_defaults: dict[str, Any] = {**UniversalAttack.extra_defaults, "k": 2, "ucb_c": 0.1}
+    parameters = {**UniversalAttack.parameters, "k": Param(2, "int", lo=1, doc="surrogates drawn a step"),
+                                 "ucb_c": Param(0.1, "number", lo=0, doc="UCB exploration constant")}
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = super().init_extra(**kwargs)
-        if not isinstance(extra["k"], int) or extra["k"] < 1:
-            raise UserError(f"attack {self.name!r}: k must be a positive integer, got {extra['k']!r}")
         extra["ucb_c"] = float(extra["ucb_c"])
         return extra
 
