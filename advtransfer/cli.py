@@ -80,20 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
     zs = z.add_subparsers(dest="zoo_cmd", metavar="ZOO_COMMAND")
     zt = zs.add_parser("train", help="train the named models (default: all) that are missing or stale")
     zt.add_argument("names", nargs="*", help="model names (default: every zoo entry with a recipe at the size)")
-    zt.add_argument("--size", help="ci, cpu (default), converged or full")
+    zt.add_argument("--size", help="ci, cpu, converged (default: $ADVTRANSFER_SIZE or converged, the shipped zoo) or full")
     zt.add_argument("--retrain", action="store_true",
                     help="train into the cache even when shipped or cached (and say whether the weights "
                          "reproduce the shipped checksum)")
     _common(zt)
     zl = zs.add_parser("list", help="list zoo entries with architecture, family and training state")
-    zl.add_argument("--size", help="ci, cpu (default), converged or full")
+    zl.add_argument("--size", help="ci, cpu, converged (default: $ADVTRANSFER_SIZE or converged, the shipped zoo) or full")
     zl.add_argument("--cache-dir")
     zl.add_argument("--shipped", action="store_true",
                     help="a Markdown table of the models shipped at the size (the README's zoo table)")
     zp = zs.add_parser("ship", help="copy trained models from the cache into the project's zoo/<size>/ "
                                     "(for maintainers: the weights a fresh clone uses)")
     zp.add_argument("names", nargs="+", help="trained model names")
-    zp.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
+    zp.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or converged)")
     zp.add_argument("--cache-dir")
 
     p = sub.add_parser("plot", help="draw transfer-matrix heatmaps of a run folder into RUN_DIR/figures/")
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "needs optuna: the search extra) or random: distinct paths drawn uniformly (default bo)")
     ps.add_argument("--eps", default="8/255", help="one-step size (default 8/255)")
     ps.add_argument("--seed", type=int, default=0)
-    ps.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
+    ps.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or converged)")
     ps.add_argument("--out", help="also write the scored paths as JSON here")
     _common(ps)
     la = sub.add_parser("layers", help="list a zoo model's layers (names for the feature-level and "
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("model", help="zoo model name (see advtransfer zoo list)")
     la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
     la.add_argument("--size", help="zoo size whose network to list (sizes may build different networks; "
-                                   "default: $ADVTRANSFER_SIZE or cpu)")
+                                   "default: $ADVTRANSFER_SIZE or converged)")
     add_analysis_parsers(sub)  # compare, report, distortion, golden, dumb, lineage, knowledge, whitebox-match
     return ap
 

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 SIZES = ("ci", "cpu", "converged", "full")
+#: the zoo size when none is given anywhere (:func:`default_size`): the shipped converged zoo
+DEFAULT_SIZE = "converged"
 #: who runs a grid's cells (advtransfer.executors): here, in worker processes, or as Slurm jobs
 EXECUTORS = ("serial", "local", "submitit")
 
@@ -16,7 +18,7 @@ EXECUTORS = ("serial", "local", "submitit")
 ENVIRONMENT = {
     "ADVTRANSFER_DATA": "CIFAR-10 npz folder (train.npz, test.npz); --data-dir overrides it",
     "ADVTRANSFER_CACHE": "trained models and downloads (default ~/.cache/advtransfer); --cache-dir overrides it",
-    "ADVTRANSFER_SIZE": "zoo size: ci, cpu, converged, full (default cpu)",
+    "ADVTRANSFER_SIZE": "zoo size: ci, cpu, converged, full (default converged)",
     "ADVTRANSFER_DEVICE": "torch device (default cuda if available, else cpu); --device overrides it",
     "ADVTRANSFER_SHIPPED_ZOO": "the shipped weights' folder (default zoo/); none turns them off",
     "ADVTRANSFER_ZOO": "model catalogue folders, os.pathsep-separated (default surrogates/ and victims/)",
@@ -104,9 +106,11 @@ def zoo_size(value: str | None, flag: str = "--size") -> str:
 
 
 def default_size() -> str:
-    """Zoo size used when none is given: $ADVTRANSFER_SIZE, else `cpu`."""
+    """Zoo size used when none is given, by the Python API, every command and a grid without
+    ``size:``: $ADVTRANSFER_SIZE, else :data:`DEFAULT_SIZE` (the converged zoo, whose weights ship
+    with the project: nothing trains). ``cpu`` is the explicit choice of a zoo that trains."""
     size = env("ADVTRANSFER_SIZE")
-    size = "cpu" if size is None else size
+    size = DEFAULT_SIZE if size is None else size
     if size not in SIZES:
         from .errors import UserError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..config import SIZES
+from ..config import SIZES, default_size
 from ..errors import UserError
 from ..registry import suggest
 from ..resources import grids_dir
@@ -68,7 +68,7 @@ def read_grid(grid: str) -> GridSpec:
     victims = raw["victims"]
     return GridSpec(
         name=raw.get("name", path.stem), dataset=raw.get("dataset", "cifar10"), split=raw.get("split", "test"),
-        n=raw.get("n", 1000), start=raw.get("start", 0), size=raw.get("size", "cpu"),
+        n=raw.get("n", 1000), start=raw.get("start", 0), size=raw.get("size", default_size()),
         batch_size=raw.get("batch_size", 250), seeds=seeds if isinstance(seeds, list) else [seeds],
         norm=raw.get("norm", "linf"), eps=[parse_fraction(e, "eps") for e in eps_raw],
         targeted=raw.get("targeted", False), budget=raw.get("budget", "steps"),

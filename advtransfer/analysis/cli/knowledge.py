@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and Spearman's rho over the pairs. Writes knowledge.csv, "
                                    "knowledge_correlations.csv and knowledge_transfer.png.")
     p.add_argument("models", nargs="*", metavar="DESCENDANT", help="fine-tuned models (default: every trained one)")
-    p.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or cpu)")
+    p.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or converged)")
     p.add_argument("--n", type=int, default=500, help="test images 0..n-1 (default 500)")
     p.add_argument("--eps", default="8/255", help="PGD radius, L-inf (default 8/255)")
     p.add_argument("--steps", type=int, default=20, help="PGD steps (default 20)")
