@@ -235,20 +235,34 @@ def _parse_catalogue(path: Path) -> Any:
     return copy.deepcopy(hit[1])
 
 
+#: the specs of a catalogue by its files' (path, text): a run asks for them many times per command
+_SPECS: dict[tuple[tuple[str, str], ...], dict[str, "ModelSpec"]] = {}
+
+
 def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
-    """All model entries of the zoo folders, by name (names are unique across files)."""
+    """All model entries of the zoo folders, by name (names are unique across files). The entries
+    are shared between calls while the files are unchanged: treat them as read-only."""
+    paths = [path for d in (dirs or zoo_dirs()) for path in sorted(Path(d).glob("*.yaml"))]
+    key = tuple((str(p), p.read_text()) for p in paths)
+    if key not in _SPECS:
+        _SPECS.clear()
+        _SPECS[key] = _load_specs(paths)
+    return dict(_SPECS[key])
+
+
+def _load_specs(paths: list[Path]) -> dict[str, ModelSpec]:
+    """The entries of catalogue files ``paths``, parsed."""
     specs: dict[str, ModelSpec] = {}
-    for d in dirs or zoo_dirs():
-        for path in sorted(Path(d).glob("*.yaml")):
-            doc = _parse_catalogue(path)
-            entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
-            if not isinstance(entries, list):
-                raise UserError(f"{path}: expected a top-level 'models:' list")
-            for entry in entries:
-                spec = _spec_from_entry(entry, str(path))
-                if spec.name in specs:
-                    raise UserError(f"model {spec.name!r} is declared twice ({specs[spec.name].source}, {path})")
-                specs[spec.name] = spec
+    for path in paths:
+        doc = _parse_catalogue(path)
+        entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            raise UserError(f"{path}: expected a top-level 'models:' list")
+        for entry in entries:
+            spec = _spec_from_entry(entry, str(path))
+            if spec.name in specs:
+                raise UserError(f"model {spec.name!r} is declared twice ({specs[spec.name].source}, {path})")
+            specs[spec.name] = spec
     for spec in specs.values():
         if spec.defence is not None:
             root = split_replicate(split_checkpoint(spec.base)[0])[0]
