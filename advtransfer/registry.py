@@ -34,6 +34,21 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._tags: dict[str, dict[str, Any]] = {}
         self._aliases: dict[str, str] = {}
+        self._resolvers: dict[str, Callable[[str], None]] = {}
+
+    def add_resolver(self, prefix: str, resolve: Callable[[str], None]) -> None:
+        """Names ``<prefix>:<rest>`` are registered on first use by ``resolve(rest)`` (which calls
+        :meth:`add`, or raises a UserError saying why the name cannot be used): the adapted
+        attacks of other libraries (``torchattack:MIFGSM``) without importing them up front.
+        :meth:`names` lists only what is registered so far."""
+        if prefix in self._resolvers:
+            raise ValueError(f"{self.kind} prefix {prefix!r} registered twice")
+        self._resolvers[prefix] = resolve
+
+    def _resolve(self, name: str) -> None:
+        prefix, sep, rest = name.partition(":")
+        if sep and prefix in self._resolvers and name not in self._items and name not in self._aliases:
+            self._resolvers[prefix](rest)
 
     def register(self, name: str, **tags: Any) -> Callable[[T], T]:
         """Decorator: register the decorated object under `name` with optional tags."""
@@ -55,6 +70,16 @@ class Registry(Generic[T]):
         for a in aliases:
             self._aliases[a] = name
 
+    def retag(self, name: str, **tags: Any) -> None:
+        """Add or replace tags of a registered entry (a plug-in's source checksum, say)."""
+        self._tags[self.canonical(name)].update(tags)
+
+    def code(self, name: str) -> str | None:
+        """The sha256 of the plug-in source that registered ``name`` (tag ``plugin_sha256``, set by
+        :mod:`advtransfer.plugins`); None for the harness's own entries and unknown names."""
+        name = self._aliases.get(name, name)
+        return self._tags[name].get("plugin_sha256") if name in self._tags else None
+
     def remove(self, name: str) -> T:
         """Unregister ``name`` and its aliases (for plug-ins and tests); returns the object."""
         name = self.canonical(name)
@@ -66,6 +91,8 @@ class Registry(Generic[T]):
     def canonical(self, name: str) -> str:
         """The registered name of ``name`` (an alias resolves to its entry); unknown names raise."""
         name = self._aliases.get(name, name)
+        if name not in self._items and isinstance(name, str):
+            self._resolve(name)
         if name not in self._items:
             raise UnknownNameError(suggest(name, list(self._items) + list(self._aliases), self.kind))
         return name

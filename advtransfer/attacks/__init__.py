@@ -14,6 +14,7 @@ from . import ila, fia, naa, dta, repr_push  # noqa: F401  (feature-level attack
 from . import sgd_uap, xtransfer_uap  # noqa: F401  (universal perturbations)
 from . import svre, adaea, cwa, cwa_sam, cwa_cse  # noqa: F401  (ensemble attacks)
 from . import cda, bia, facl, pdcl, cgnc, dual_flow  # noqa: F401  (generative attacks)
+from . import ecosystem  # noqa: F401  (torchattack:<Name>, torchattacks:<Name>, resolved on first use)
 
 __all__ = ["ATTACKS", "Attack", "ModelCollection", "Objective", "Perturbed", "SurrogateCall", "SurrogateSet",
            "create_attack", "register_attack"]
