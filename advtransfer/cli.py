@@ -37,6 +37,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="cache for trained models (default: $ADVTRANSFER_CACHE or ~/.cache/advtransfer)")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _plugin_flag(p)
+
+
+def _plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", metavar="FILE|MODULE",
+                   help="load the user's attacks, networks (a .py file or module) or model catalogue (.yaml) "
+                        "first; repeatable (see README: plugins)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     zl = zs.add_parser("list", help="list zoo entries with architecture, family and training state")
     zl.add_argument("--size", help="ci, cpu, converged (default: $ADVTRANSFER_SIZE or converged, the shipped zoo) or full")
     zl.add_argument("--cache-dir")
+    _plugin_flag(zl)
     zl.add_argument("--shipped", action="store_true",
                     help="a Markdown table of the models shipped at the size (the README's zoo table)")
     zp = zs.add_parser("ship", help="copy trained models from the cache into the project's zoo/<size>/ "
@@ -99,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="draw transfer-matrix heatmaps of a run folder into RUN_DIR/figures/")
     p.add_argument("run_dir")
 
-    sub.add_parser("attacks", help="list the registered attacks and their parameters")
+    _plugin_flag(sub.add_parser("attacks", help="list the registered attacks (torchattack:<Name> and "
+                                               "torchattacks:<Name> included) and their parameters"))
     ps = sub.add_parser("pas", help="search a backpropagation path for a surrogate (PAS-style): one-step "
                                      "attacks on held-out training images scored on validation models you own")
     ps.add_argument("model", help="the surrogate (a trained single zoo model)")
@@ -118,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     la = sub.add_parser("layers", help="list a zoo model's layers (names for the feature-level and "
                                        "backward-path attacks' layer parameter) with output shapes")
     la.add_argument("model", help="zoo model name (see advtransfer zoo list)")
+    _plugin_flag(la)
     la.add_argument("--all", action="store_true", help="every named module, not only the block chain")
     la.add_argument("--size", help="zoo size whose network to list (sizes may build different networks; "
                                    "default: $ADVTRANSFER_SIZE or converged)")
@@ -146,9 +156,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from .runner import run_grid
 
     device = _setup_env(args)
-    spec = load_grid(args.grid, args.attack).with_overrides(
+    spec = load_grid(args.grid, args.attack)
+    spec = spec.with_overrides(
         size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
-        workers=args.workers)
+        workers=args.workers, plugins=_with_cli_plugins(spec.plugins, args))
     if args.dry_run:
         return _print_plan(spec, args, device)
     run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress,
@@ -165,6 +176,16 @@ def cmd_grid(args: argparse.Namespace) -> int:
         paths = report_run(run_dir)
         print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
     return 0
+
+
+def _with_cli_plugins(plugins, args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The grid's plugins and those of --plugin (loaded by main before the grid was read), as the
+    run's workers load them; None when --plugin names none."""
+    if not getattr(args, "plugin", None):
+        return None
+    from .plugins import resolve_ref
+
+    return tuple(dict.fromkeys([*plugins, *(resolve_ref(r) for r in args.plugin)]))
 
 
 def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
@@ -276,16 +297,40 @@ def cmd_attacks(args: argparse.Namespace) -> int:
     import inspect
 
     from .attacks import ATTACKS
+    from .attacks.ecosystem import LIBRARIES, LibraryAttack, adapted_names, library_version, note
+    from .plugins import owner
 
     for name in ATTACKS.names():
         cls = ATTACKS.get(name)
+        if issubclass(cls, LibraryAttack):
+            continue  # listed with their library below
         doc = inspect.getdoc(cls) or ""
         extra = getattr(cls, "extra_defaults", {})
         params = ", ".join(f"{k}={v}" for k, v in extra.items())
-        first = (inspect.getdoc(sys.modules[cls.__module__]) or doc).splitlines()[0]
-        print(f"{name:14s} [{cls.kind}, v{cls.version}] {first}")
+        first = ((inspect.getdoc(sys.modules[cls.__module__]) or doc).splitlines() or [""])[0]
+        plugin = owner("attack", name)
+        print(f"{name:14s} [{cls.kind}, v{cls.version}] {first}" + (f" (plugin {plugin.ref})" if plugin else ""))
         if params:
             print(f"{'':14s} parameters: {params}")
+    for lib in LIBRARIES:  # adapted on first use (advtransfer.attacks.ecosystem)
+        try:
+            names = adapted_names(lib)
+        except UserError as exc:
+            print(f"\n{lib}: not installed ({exc})")
+            continue
+        print(f"\n{lib} {library_version(lib)}: grid attacks {lib}:<Name>, the library's parameters passed through")
+        for n, why in names:
+            if why is None:
+                cls = ATTACKS.get(f"{lib}:{n}")
+                params = ", ".join(f"{k}={v}" for k, v in cls.extra_defaults.items())
+                extra = f" ({note(lib, n)})" if note(lib, n) else ""
+                print(f"  {lib + ':' + n:24s} [gradient, v{cls.version}] steps={cls.default_steps}, {params}{extra}")
+        refused: dict[str, list[str]] = {}
+        for n, why in names:
+            if why is not None:
+                refused.setdefault(why, []).append(n)
+        for why, ns in refused.items():
+            print(f"  not runnable here: {', '.join(ns)}: {why}")
     return 0
 
 
@@ -420,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread (an embedding application): leave signals alone
         previous = None
     try:
+        if hasattr(args, "plugin"):  # the user's code first: the command may name what it registers
+            from .plugins import load_plugins
+
+            load_plugins(args.plugin or ())
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,
                 "layers": cmd_layers, "pas": cmd_pas, **ANALYSIS_COMMANDS}[args.cmd](args)
     except UserError as exc:

@@ -137,7 +137,9 @@ def _make_runner(spec: "GridSpec", run_dir: str, cache, data_dir, device: str, t
     import torch
 
     from .cellrunner import CellRunner, RunLog
+    from .plugins import load_plugins
 
+    load_plugins(spec.plugins)  # the user's attacks and networks, as the main process loaded them
     torch.set_num_threads(threads)
     log = RunLog(Path(run_dir), echo=lambda m: print(f"[{name}] {m}", flush=True))
     return CellRunner(spec, run_dir, cache, data_dir, device, log, progress=False)

@@ -97,6 +97,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
                 log: Callable[[str], None], executor: str = "serial", workers: int | None = None,
                 profile: str | None = None) -> None:
     from .executors import run_cells
+    from .plugins import plugin_records
 
     store = RunStore(run_dir, log.warn if isinstance(log, RunLog) else log)
     store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
@@ -108,6 +109,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
     manifest = store.read_manifest()
     manifest.update({
         "run_id": runner.run_id, "grid": spec.raw, "grid_file": spec.source, "reference": spec.reference,
+        "plugins": plugin_records(spec.plugins),
         "git_sha": runner.sha,
         "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",

@@ -49,7 +49,33 @@ def cell_config(spec: GridSpec, s: SurrogateEntry, a: AttackEntry, seed: int, at
         config["aux_sha"] = aux
     if spec.precision != "fp32":  # mixed precision changes the examples (never an fp32 cell's id)
         config["precision"] = spec.precision
+    code = plugin_code(spec, s, a.attack)
+    if code:  # the attack or a surrogate network is a plugin's: its source's sha256 (advtransfer.plugins)
+        config["plugin_code"] = code
     return config
+
+
+def plugin_code(spec: GridSpec, s: SurrogateEntry, attack: str) -> dict[str, str]:
+    """sha256 of the plugin sources behind a cell: its attack's, its surrogate networks' (empty
+    when everything is the harness's own, so those cells keep their ids)."""
+    from ..attacks import ATTACKS
+    from ..models.archs import ARCHS
+
+    out = {}
+    sha = ATTACKS.code(attack)
+    if sha:
+        out[f"attack {attack}"] = sha
+    if any(ARCHS.code(n) for n in ARCHS.names()):
+        from ..models.zoo import get_spec, load_specs
+
+        specs = load_specs()
+        for m in s.models:
+            ms = get_spec(m, specs)
+            arch = ms.arch if ms.pretrained is not None else ms.arch_at(spec.size)[0]
+            sha = ARCHS.code(arch)
+            if sha:
+                out[f"architecture {arch}"] = sha
+    return out
 
 
 def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:

@@ -21,7 +21,7 @@ from ..resources import grids_dir
 from ..utils import parse_fraction
 from .spec import AttackEntry, GridSpec, SurrogateEntry
 
-GRID_KEYS = {"craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
+GRID_KEYS = {"plugins", "craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
              "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
 
 
@@ -66,6 +66,7 @@ def read_grid(grid: str) -> GridSpec:
     defaults = raw.get("defaults") or {}
     _need(isinstance(defaults, dict), src, "defaults must be a mapping of attack parameters")
     victims = raw["victims"]
+    plugins = _plugins(raw, path, src)  # before the attack entries: they may name a plugin's attacks
     return GridSpec(
         name=raw.get("name", path.stem), dataset=raw.get("dataset", "cifar10"), split=raw.get("split", "test"),
         n=raw.get("n", 1000), start=raw.get("start", 0), size=raw.get("size", default_size()),
@@ -77,7 +78,21 @@ def read_grid(grid: str) -> GridSpec:
         matched=tuple(matched) if isinstance(matched, list) else matched,
         executor=raw.get("executor", "serial"), workers=raw.get("workers"), craft_dataset=raw.get("craft_dataset", ""),
         precision=raw.get("precision", "fp32"), compile=raw.get("compile", "off"), reference=raw.get("reference"),
-        description=raw.get("description", ""), defaults=defaults)
+        description=raw.get("description", ""), defaults=defaults, plugins=plugins)
+
+
+def _plugins(raw: dict, path: Path, src: str) -> tuple[str, ...]:
+    """The grid's ``plugins`` (files relative to the grid file, or module names), loaded now, as
+    the absolute references every process of the run loads (advtransfer.plugins)."""
+    from ..plugins import load_plugins, resolve_ref
+
+    refs = raw.get("plugins") or []
+    refs = [refs] if isinstance(refs, str) else refs
+    _need(isinstance(refs, list), src, f"plugins must be a list of Python files, module names or catalogue files "
+                                       f"(like [my_attacks.py, my_models.yaml]), got {refs!r}")
+    resolved = tuple(resolve_ref(r, path.parent, src) for r in refs)
+    load_plugins(resolved, where=src)
+    return resolved
 
 
 def _need(cond: bool, source: str, msg: str) -> None:

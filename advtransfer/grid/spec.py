@@ -29,7 +29,7 @@ GRID_LEVEL_PARAMS = {"eps": "eps: [8/255] (a list of radii, one cell each)",
                      "seed": "seeds: [0, 1] (one cell per seed)"}
 #: the CLI flag that sets each field :meth:`GridSpec.with_overrides` takes (messages name it)
 OVERRIDE_FLAGS = {"attack": "--attack", "size": "--size", "n": "-n", "precision": "--precision",
-                  "compile": "--compile", "executor": "--executor", "workers": "--workers"}
+                  "compile": "--compile", "executor": "--executor", "workers": "--workers", "plugins": "--plugin"}
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ class GridSpec:
     reference: str | None = None     # the surrogate `compare` and the report compare every other surrogate with
     description: str = ""
     defaults: dict = field(default_factory=dict)  # attack parameters of every entry (and of --attack NAME not listed)
+    plugins: tuple[str, ...] = ()    # the user's code and catalogues (advtransfer.plugins); their sha256 enters cell ids
     origin: dict = field(default_factory=dict, compare=False, repr=False)
 
     def model_names(self) -> list[str]:
@@ -140,6 +141,7 @@ class GridSpec:
     def validate(self) -> "GridSpec":
         """Check every value of the spec; the first bad one raises a one-line UserError naming
         the key (or the flag that set it). Returns the spec, so calls chain."""
+        self._check_plugins()  # first: they register names the other checks look up
         self._check_scalars()
         self._check_eps()
         self._check_attacks()
@@ -147,6 +149,16 @@ class GridSpec:
         self._check_run_options()
         _check_models(self)
         return self
+
+    def _check_plugins(self) -> None:
+        """The plugins are files or module names that load (:func:`advtransfer.plugins.load_plugins`:
+        idempotent, so a spec checked twice loads them once)."""
+        from ..plugins import load_plugins
+
+        plugins = self.plugins
+        self._need(isinstance(plugins, (list, tuple)) and all(isinstance(p, str) for p in plugins),
+                   f"plugins must be a list of Python files, module names or catalogue files, got {plugins!r}")
+        load_plugins(plugins, where=self.source)
 
     def _check_scalars(self) -> None:
         for key, what in (("name", "a string"), ("description", "a string"), ("dataset", "a dataset name"),

@@ -114,6 +114,9 @@ class ModelSpec:
         ident: dict[str, Any] = {"arch": arch, "arch_kwargs": arch_kwargs, "dataset": self.dataset,
                                  "num_classes": self.num_classes, "recipe": recipe,
                                  "threads": train_threads(recipe)}  # pinned in training: weights depend on it
+        code = plugin_code(arch, str(recipe.get("method", "standard")))
+        if code:  # an architecture or training method of a plugin: its source's sha256 (advtransfer.plugins)
+            ident["plugin_code"] = code
         version = self.method_version()
         if version != 1:
             # version 1 is each method's code as it was when versions were introduced: left out of
@@ -144,6 +147,20 @@ class ModelSpec:
             net = build_arch(arch, num_classes=self.num_classes, **arch_kwargs)
         cl = self.channels_last and not arch.startswith("vit")
         return ImageClassifier(net, CIFAR10_MEAN, CIFAR10_STD, channels_last=cl)
+
+
+def plugin_code(arch: str, method: str | None = None) -> dict[str, str]:
+    """The sha256 of the plugin sources that registered ``arch`` (architecture) and ``method``
+    (training method); empty for the harness's own (see :mod:`advtransfer.plugins`)."""
+    from ..training.base import TRAINERS
+    from .archs import ARCHS
+
+    out = {}
+    for kind, reg, name in (("architecture", ARCHS, arch), ("training method", TRAINERS, method)):
+        sha = reg.code(name) if name else None
+        if sha:
+            out[kind] = sha
+    return out
 
 
 _REQUIRED = ("name", "arch", "family", "recipe")
@@ -235,6 +252,41 @@ def _parse_catalogue(path: Path) -> Any:
     return copy.deepcopy(hit[1])
 
 
+#: catalogue files added by plugins (advtransfer.plugins), read after the zoo folders
+_EXTRA_CATALOGUES: list[Path] = []
+
+
+def add_catalogue(path: str | Path) -> None:
+    """Read the catalogue file ``path`` with the zoo folders from now on (a plugin's own models)."""
+    p = Path(path).resolve()
+    if p not in _EXTRA_CATALOGUES:
+        _EXTRA_CATALOGUES.append(p)
+
+
+def remove_catalogue(path: str | Path) -> None:
+    p = Path(path).resolve()
+    if p in _EXTRA_CATALOGUES:
+        _EXTRA_CATALOGUES.remove(p)
+
+
+def catalogue_names(path: str | Path) -> list[str]:
+    """The model names a catalogue file declares."""
+    doc = _parse_catalogue(Path(path))
+    entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise UserError(f"{path}: expected a top-level 'models:' list")
+    return [str(e.get("name")) for e in entries if isinstance(e, dict)]
+
+
+def _weights_beside(entries: list, path: Path) -> None:
+    """A plugin catalogue's relative ``pretrained.weights`` paths are relative to the file."""
+    for e in entries:
+        pre = e.get("pretrained") if isinstance(e, dict) else None
+        w = pre.get("weights") if isinstance(pre, dict) else None
+        if isinstance(w, str) and w and not Path(os.path.expandvars(w)).expanduser().is_absolute():
+            pre["weights"] = str(path.parent / w)
+
+
 #: the specs of a catalogue by its files' (path, text): a run asks for them many times per command
 _SPECS: dict[tuple[tuple[str, str], ...], dict[str, "ModelSpec"]] = {}
 
@@ -243,6 +295,8 @@ def load_specs(dirs: Iterable[Path] | None = None) -> dict[str, ModelSpec]:
     """All model entries of the zoo folders, by name (names are unique across files). The entries
     are shared between calls while the files are unchanged: treat them as read-only."""
     paths = [path for d in (dirs or zoo_dirs()) for path in sorted(Path(d).glob("*.yaml"))]
+    if dirs is None:  # and the catalogue files plugins added (advtransfer.plugins)
+        paths += [p for p in _EXTRA_CATALOGUES if p not in paths]
     key = tuple((str(p), p.read_text()) for p in paths)
     if key not in _SPECS:
         _SPECS.clear()
@@ -258,6 +312,8 @@ def _load_specs(paths: list[Path]) -> dict[str, ModelSpec]:
         entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
         if not isinstance(entries, list):
             raise UserError(f"{path}: expected a top-level 'models:' list")
+        if path in _EXTRA_CATALOGUES:
+            _weights_beside(entries, path)
         for entry in entries:
             spec = _spec_from_entry(entry, str(path))
             if spec.name in specs:

@@ -81,7 +81,11 @@ CIFAR_TEMPLATES = tuple(
 
 
 def loader_of(arch: str) -> tuple[str, str]:
-    """``open_clip/ViT-B-32`` → (``open_clip``, ``ViT-B-32``); raises for another prefix."""
+    """``open_clip/ViT-B-32`` → (``open_clip``, ``ViT-B-32``); a name without a prefix is an
+    architecture of the registry (the harness's, or a plugin's: ``mynet`` → (``arch``, ``mynet``),
+    its own weights from a file); raises for another prefix."""
+    if isinstance(arch, str) and arch and "/" not in arch:
+        return "arch", arch
     kind, _, name = arch.partition("/")
     if kind not in LOADERS or not name:
         raise UserError(f"pretrained entry arch {arch!r} must be open_clip/<architecture>, timm/<model>, "
@@ -97,6 +101,9 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
     if extra:
         raise UserError(f"{source}: model {name!r}: unknown pretrained keys {sorted(extra)}; allowed: {sorted(PRETRAINED_KEYS)}")
     kind, model = loader_of(arch)
+    if kind == "arch" and pretrained.get("tag"):
+        raise UserError(f"{source}: model {name!r}: arch {arch} is a registered architecture; its pretrained "
+                        f"entry takes weights: (a state-dict file) or random_init: true, not a tag")
     if not (pretrained.get("tag") or pretrained.get("weights") or pretrained.get("random_init")):
         raise UserError(f"{source}: model {name!r}: pretrained needs a tag, a weights file or random_init: true")
     if kind == "cifar_hub":
@@ -444,7 +451,37 @@ def build_robustbench(spec, device: str = "cpu") -> nn.Module:
                         f"{str(target)!r}") from None
 
 
-_BUILDERS = {"open_clip": build_open_clip, "timm": build_timm, "cifar_hub": build_cifar_hub,
+def build_registered(spec, device: str = "cpu") -> nn.Module:
+    """A registered architecture (``arch: mynet``, a plugin's or the harness's) with the user's
+    own weights: the network wrapped to take pixels in [0,1] and normalise inside (as the zoo's
+    trained entries), its state dict read from ``weights`` (safetensors, or a torch file read with
+    ``weights_only=True``): the network's own keys, or the wrapped model's (``net.``-prefixed, as
+    the harness saves them)."""
+    from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
+
+    model = ImageClassifier(build_arch(spec.arch, num_classes=spec.num_classes, **spec.arch_kwargs),
+                            CIFAR10_MEAN, CIFAR10_STD)
+    weights = _weights_file(spec)
+    if weights is None:
+        return model
+    try:
+        if weights.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            state = load_file(weights)
+        else:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise TypeError(f"holds a {type(state).__name__}, not a state dict")
+        target = model if state and all(str(k).startswith("net.") for k in state) else model.net
+        target.load_state_dict(state, strict=True)
+    except Exception as exc:  # unreadable, or keys/shapes that do not match the architecture
+        raise UserError(f"model {spec.name!r}: weights file {weights!r} does not load into arch {spec.arch} "
+                        f"({type(exc).__name__}: {_first_line(exc)})") from None
+    return model
+
+
+_BUILDERS = {"arch": build_registered, "open_clip": build_open_clip, "timm": build_timm, "cifar_hub": build_cifar_hub,
              "robustbench": build_robustbench}
 
 
@@ -477,4 +514,10 @@ def identity(spec) -> dict:
     elif kind == "robustbench":
         ident["robustbench"] = {"model_name": name, "dataset": spec.dataset,
                                 "threat_model": spec.pretrained.get("tag") or "Linf"}
+    elif kind == "arch":
+        from .archs import ARCHS
+
+        sha = ARCHS.code(name)
+        if sha:  # a plugin's architecture: its source's sha256
+            ident["plugin_code"] = {"architecture": sha}
     return ident

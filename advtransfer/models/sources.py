@@ -339,6 +339,22 @@ def check_checkpoint(spec: ModelSpec, size: str, cache: Cache = None) -> None:
     declared(spec).check(size, cache)
 
 
+def _pretrained_sha(spec: ModelSpec, size: str) -> str:
+    """The checksum of a local weights file, else of the entry (hub weights are pinned by their
+    tag); for a plugin's architecture, combined with the plugin source's sha256: a network whose
+    code changed is another model, though its weights file is the same."""
+    import hashlib
+
+    from .catalogue import plugin_code
+    from .pretrained import loader_of
+
+    weights = spec.pretrained.get("weights")
+    sha = sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size)
+    kind, name = loader_of(spec.arch)
+    code = plugin_code(name) if kind == "arch" else {}
+    return hashlib.sha256(f"{sha}|{code['architecture']}".encode()).hexdigest() if code else sha
+
+
 def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os.PathLike | None = None,
                        data_dir: str | os.PathLike | None = None, device: str = "cpu") -> dict:
     """Load a pretrained entry once (downloading its weights, or failing with one line offline),
@@ -357,12 +373,11 @@ def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os
         acc, images = accuracy(model, x, y, device=device), f"test 0-{len(x) - 1}"
     except UserError:
         pass
-    weights = spec.pretrained.get("weights")
     card = make_card(
         spec, size, kind="random_init" if spec.pretrained.get("random_init") else "pretrained",
         recipe=None, members=[""], clean_acc=acc, clean_acc_images=images,
         # the checksum of a local weights file, else of the entry (hub weights are pinned by their tag)
-        sha256=sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size),
+        sha256=_pretrained_sha(spec, size),
         n_params=sum(p.numel() for p in model.parameters()), device=device,
         pretrained=spec.pretrained, load_s=round(load_s, 2))
     write_card(card, cache)
