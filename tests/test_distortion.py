@@ -52,31 +52,30 @@ def test_bisection_finds_the_linear_boundary_within_tolerance_and_counts_queries
         assert t_exact[i] <= t[i] <= t_exact[i] + 1 / 64 + 1e-12, (i, float(t[i]), float(t_exact[i]))
     assert math.isinf(float(t[4])) and math.isinf(float(out["min_linf"][4]))
     assert out["min_exact"].all()                      # a linear boundary: every ray is monotone
-    # queries: t=0, the 8 scan points on (0, 1], the doubling points 2, 4 while not fooled, then the
-    # halvings: a 1/8 bracket ([2/8, 3/8], [6/8, 7/8]) needs 3 to reach 1/64, [1, 2] needs 6,
-    # [2, 4] needs 7; beyond the cap: 0, the 8 points, 2, 4 only
-    assert out["queries"].tolist() == [1 + 8 + 3, 1 + 8 + 3, 1 + 8 + 1 + 6, 1 + 8 + 2 + 7, 1 + 8 + 2]
+    # queries: t=0, the 16 scan points 1/4, 2/4, ..., 4 (every one, for every image with δ ≠ 0 not
+    # fooled at x), then 4 halvings of the 1/4 bracket down to 1/64; beyond the cap: 0 and the scan.
+    # (The former bracket t = 1 | 1,2 | 1,2,4 and bisection from [0, 1] cost 8, 8, 9, 11, 4.)
+    assert out["queries"].tolist() == [1 + 16 + 4] * 4 + [1 + 16]
     assert int(out["queries"].sum()) == model.seen   # every forward row counted, nothing else
     # no clipping: min_linf = t·‖δ‖∞, min_l2 = t·‖δ‖₂
     dl2 = (x_adv - x).flatten(1).norm(dim=1)
     assert torch.allclose(out["min_linf"][:4], t[:4] * 0.1, rtol=1e-5)
     assert torch.allclose(out["min_l2"][:4], t[:4] * dl2[:4], rtol=1e-5)
-    # scan_points=1 is the former search: bracket t = 1 | 1,2 | 1,2,4, then bisection from [0, 1]
+    # a coarser scan: 4 points (1, 2, 3, 4), brackets of width 1 need 6 halvings
     model.seen = 0
-    old = min_scale_search(model, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 64 * (1 + 1e-9), scan_points=1)
-    assert old["queries"].tolist() == [1 + 1 + 6, 1 + 1 + 6, 1 + 2 + 6, 1 + 3 + 7, 1 + 3]
-    assert int(old["queries"].sum()) == model.seen
+    c = min_scale_search(model, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 64 * (1 + 1e-9), scan_per_unit=1)
+    assert c["queries"].tolist() == [1 + 4 + 6] * 4 + [1 + 4] and int(c["queries"].sum()) == model.seen
     for i in range(4):
-        assert t_exact[i] <= old["min_scale"][i] <= t_exact[i] + 1 / 64 + 1e-12
+        assert t_exact[i] <= c["min_scale"][i] <= t_exact[i] + 1 / 64 + 1e-12
 
 
 def test_scan_grid():
-    assert scan_grid(4.0, 8) == ([k / 8 for k in range(1, 9)] + [2.0, 4.0], 8)
-    assert scan_grid(4.0, 1) == ([1.0, 2.0, 4.0], 1)
-    assert scan_grid(3.0, 4) == ([0.25, 0.5, 0.75, 1.0, 2.0, 3.0], 4)
-    assert scan_grid(0.3, 8) == ([0.125, 0.25, 0.3], 3)    # below 1: the points under the cap, then the cap
-    assert scan_grid(1.0, 2) == ([0.5, 1.0], 2)
-    assert search_spec() != search_spec(scan_points=4) and search_spec() != search_spec(cap=8.0)
+    assert scan_grid(4.0, 4) == [k / 4 for k in range(1, 17)]
+    assert scan_grid(4.0, 1) == [1.0, 2.0, 3.0, 4.0]
+    assert scan_grid(3.5, 2) == [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+    assert scan_grid(0.3, 4) == [0.25, 0.3]                 # the points under the cap, then the cap
+    assert scan_grid(0.1, 4) == [0.1]
+    assert search_spec() != search_spec(scan_per_unit=8) and search_spec() != search_spec(cap=8.0)
 
 
 class RayVictim(nn.Module):
@@ -120,17 +119,19 @@ def _rays(test_data, n: int):
     return x, (x + d).float(), y
 
 
-# fooled intervals of t per image, and what the default search (K = 8, cap 4) must report
+# fooled intervals of t per image, and what the default search (step 1/4, cap 4) must report
 ISLANDS = [
-    [(0.61, 9.0)],                    # 0 monotone below 1: first crossing 0.61, exact
-    [(0.19, 0.45), (1.5, 9.0)],       # 1 island wider than the 1/8 step below x_adv, not fooled at t = 1:
-                                      #   first crossing 0.19, upper bound (the former search said ~1.5)
-    [(0.30, 0.33), (0.7, 9.0)],       # 2 island narrower than the step between 2/8 and 3/8: not seen
+    [(0.61, 9.0)],                    # 0 monotone: first crossing 0.61, exact
+    [(0.19, 0.45), (1.5, 9.0)],       # 1 island wider than the step, not fooled at x_adv (t = 1): first
+                                      #   crossing 0.19, upper bound (the former bracket 1, 2 said ~1.5)
+    [(0.30, 0.33), (0.7, 9.0)],       # 2 island narrower than the step between 0.25 and 0.5: not seen
     [],                               # 3 never fooled
-    [(2.7, 9.0)],                     # 4 monotone, first crossing above 1 (bracket [2, 4])
-    [(0.9, 1.1)],                     # 5 fooled around x_adv only: the scan stops at t = 1, exact
-    [(0.05, 0.2), (0.6, 0.7)],        # 6 two islands both seen, nothing fooled at t = 1: upper bound
-    [(1.3, 1.45), (3.0, 9.0)],        # 7 island above 1 narrower than the coarse step 1: not seen
+    [(2.7, 9.0)],                     # 4 monotone, first crossing above 1
+    [(0.9, 1.1)],                     # 5 fooled around x_adv only, not at 1.25: upper bound
+    [(0.2, 0.3), (0.7, 0.8)],         # 6 two islands both seen, nothing fooled at t = 1: upper bound
+    [(1.3, 1.45), (3.0, 9.0)],        # 7 island above 1 narrower than the step: not seen
+    [(1.15, 1.6), (3.3, 9.0)],        # 8 island above 1 wider than the step (the former bracket 1, 2, 4
+                                      #   skipped it and bisected [2, 4] to ~3.3): found, upper bound
 ]
 
 
@@ -140,31 +141,22 @@ def test_scan_finds_the_first_crossing_and_flags_non_monotone_rays(test_data):
     tol = 1 / 256                                      # scale tolerance: abs_tol = ‖δ‖∞/256, rel_tol 0
     out = min_scale_search(victim, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5))
     t, ex, q = out["min_scale"].tolist(), out["min_exact"].tolist(), out["queries"].tolist()
-    first = [0.61, 0.19, 0.7, math.inf, 2.7, 0.9, 0.05, 3.0]       # first crossing the scan can resolve
+    first = [0.61, 0.19, 0.7, math.inf, 2.7, 0.9, 0.2, 3.0, 1.15]  # first crossing the scan can resolve
     for i, f in enumerate(first):
         if math.isinf(f):
             assert math.isinf(t[i])
         else:
             assert f - 1e-5 <= t[i] <= f + tol + 1e-5, (i, t[i], f)
-    assert ex == [True, False, True, True, True, True, False, True]
+    assert ex == [True, False, True, True, True, False, False, True, False]
     # image 2's island at 0.30..0.33 and image 7's at 1.3..1.45 fall between scan points: the
     # reported minimum overstates the true one (0.30, 1.3) and min_exact cannot know (documented)
     assert t[2] > 0.33 and t[7] > 1.45
-    # queries: 1 (t = 0) + 8 fine points + coarse points while not fooled + halvings to 1/256
-    # (a 1/8 bracket: 5; [2, 4]: 9)
-    assert q == [1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 2, 1 + 8 + 2 + 9, 1 + 8 + 5, 1 + 8 + 5, 1 + 8 + 2 + 9]
+    # queries: 1 (t = 0) + 16 scan points + 6 halvings of a 1/4 bracket down to 1/256; never fooled: 1 + 16
+    assert q == [1 + 16 + 6] * 3 + [1 + 16] + [1 + 16 + 6] * 5
     assert sum(q) == victim.seen
     # no clipping along these rays: min_linf = t·‖δ‖∞
     fin = torch.isfinite(out["min_scale"])
     assert torch.allclose(out["min_linf"][fin], out["min_scale"][fin] * 0.1, rtol=1e-4)
-
-    # the former search (scan_points=1) reports image 1 at the second crossing, about 1.5, and
-    # cannot see that it is an upper bound; image 6 it calls never fooled
-    victim.seen = 0
-    old = min_scale_search(victim, x, x_adv, y, cap=4.0, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5), scan_points=1)
-    assert 1.5 - 1e-5 <= float(old["min_scale"][1]) <= 1.5 + tol + 1e-5
-    assert math.isinf(float(old["min_scale"][6])) and bool(old["min_exact"].all())
-    assert int(old["queries"].sum()) == victim.seen
 
 
 def test_scan_batched_and_already_fooled(test_data):
@@ -179,19 +171,19 @@ def test_scan_batched_and_already_fooled(test_data):
     assert float(a["min_scale"][0]) == 0.0 and int(a["queries"][0]) == 1 and bool(a["min_exact"][0])
     assert a["min_exact"].tolist() == [True, True, False, True, True]
     with pytest.raises(UserError):
-        min_scale_search(victim, x, x_adv, y, scan_points=0)
+        min_scale_search(victim, x, x_adv, y, scan_per_unit=0)
 
 
 def test_cap_below_one_scans_up_to_the_cap(test_data):
     x, x_adv, y = _rays(test_data, 3)
-    victim = RayVictim(x, x_adv, y, [[(0.2, 9.0)], [(0.1, 0.15), (0.28, 9.0)], [(0.45, 9.0)]])
+    victim = RayVictim(x, x_adv, y, [[(0.2, 9.0)], [(0.22, 0.27)], [(0.45, 9.0)]])
     out = min_scale_search(victim, x, x_adv, y, cap=0.3, rel_tol=0.0, abs_tol=0.1 / 256 * (1 + 1e-5))
-    # grid 0.125, 0.25, 0.3 (the cap): image 1 fooled at 0.125, not at 0.25, fooled at 0.3
+    # grid 0.25, 0.3 (the cap): image 1 fooled at 0.25, not at 0.3; image 2 only beyond the cap
     assert 0.2 - 1e-5 <= float(out["min_scale"][0]) <= 0.2 + 1 / 256 + 1e-5
-    assert 0.1 - 1e-5 <= float(out["min_scale"][1]) <= 0.1 + 1 / 256 + 1e-5
+    assert 0.22 - 1e-5 <= float(out["min_scale"][1]) <= 0.22 + 1 / 256 + 1e-5
     assert math.isinf(float(out["min_scale"][2]))
     assert out["min_exact"].tolist() == [True, False, True]
-    assert out["queries"].tolist() == [1 + 3 + 5, 1 + 3 + 5, 1 + 3]
+    assert out["queries"].tolist() == [1 + 2 + 6, 1 + 2 + 6, 1 + 2]
 
 
 def test_relative_tolerance_and_already_fooled_and_zero_direction():

@@ -92,9 +92,9 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     cc = s[s.clean_correct]
     assert (cc.loc[cc.success, "min_scale"] <= 1.0).all()
     assert (cc.loc[~cc.success & (cc.min_scale <= 1.0), "min_exact"] == 0).all()
-    # queries: 1 for a clean-misclassified image, else 1 + 8 scan points on (0, 1] + at most 2 + bisection
+    # queries: 1 for a clean-misclassified image, else 1 + the 16 scan points (step 1/4 up to 4) + bisection
     assert (s.loc[~s.clean_correct, "queries"] == 1).all()
-    assert (cc.queries >= 1 + 8).all() and (cc.loc[np.isinf(cc.min_scale), "queries"] == 1 + 8 + 2).all()
+    assert (cc.queries >= 1 + 16).all() and (cc.loc[np.isinf(cc.min_scale), "queries"] == 1 + 16).all()
     assert (s.loc[~s.clean_correct, "min_scale"] == 0).all()
     assert (s.loc[np.isfinite(s.min_scale), "min_linf"] <= 8 / 255 * 4 + 1e-6).all()
     summ = pd.read_parquet(run / "distortion.parquet")

@@ -16,51 +16,47 @@ the victim in one forward pass per iteration (one iteration per scan point, then
 
 1. t = 0: one query. Already fooled (a clean-misclassified image) → t̂ = 0, distortion 0, exact.
    δ = 0 (x_adv = x): the ray never leaves x → t̂ = inf after this one query.
-2. Scan, to find the *first* crossing at a stated resolution, on the grid
-
-       G = {1/K, 2/K, ..., 1} ∪ {2, 4, 8, ...}   (K = ``scan_points``, default 8),
-
-   points above ``cap`` dropped and the cap itself the last point (cap < 1: the points k/K below
-   the cap, then the cap). The fine part, K evenly spaced points on (0, 1] ending at x_adv, is
-   queried in full for every image; the coarse part, the doubling points above 1, only while the
-   image has not been fooled at any scanned point. The first scan point t_j that fools gives the
-   bracket [t_{j−1}, t_j] (t_0 = 0). Not fooled at any scan point → t̂ = inf, min_linf = min_l2
-   = inf ("not fooled up to the cap").
-   Why this grid: (0, 1] is the stretch between the clean image and the crafted example, where the
-   minimum is below the crafting budget and where ASR-vs-ε is read; its step 1/K is ε/K in L∞
-   before clipping (one 8-bit grey level at ε = 8/255, K = 8). Above 1 the doubling steps keep the
-   cost of images the crafted example does not fool small (a fine grid up to the cap would cost
-   K·cap queries on each of them). ``scan_points`` = 1 is the former search exactly (bracket
-   1, 2, 4, ..., then bisection).
+2. Scan, to find the *first* crossing at a stated resolution: every image is queried at every
+   point of the grid G = {1/K, 2/K, ...} below ``cap``, then the cap itself (K =
+   ``scan_per_unit``, default 4, so a step of 1/4 and 16 points for cap 4; t = 1, x_adv, is a
+   scan point). The first scan point t_j that fools gives the bracket [t_{j−1}, t_j] (t_0 = 0).
+   Not fooled at any scan point → t̂ = inf, min_linf = min_l2 = inf ("not fooled up to the cap").
+   Why a uniform grid over the whole (0, cap], scanned in full: uniform in t is uniform in L∞
+   before clipping (step ‖δ‖∞/K, ε/K for an L∞ attack at its budget), like the L∞ grid of the success curve below, so no part of
+   [0, cap·‖δ‖∞] is looked at more coarsely than another (doubling points above t = 1, as the former
+   bracket 1, 2, 4 had, leave steps of 1 and 2 there, wide enough for fooled islands to hide in);
+   scanning past the first fooled point costs nothing for images never fooled (they need every
+   point anyway) and is what lets ``min_exact`` see a ray turn back to not fooled.
 3. Bisection on [lo, hi] = [t_{j−1}, t_j] (lo not fooled, hi fooled) until hi − lo ≤
    max(rel_tol·hi, abs_tol / ‖δ‖∞), i.e. the scale is known to a relative 1/64 (``rel_tol``) or to
    1/255/8 ≈ 4.9e-4 in L∞ (``abs_tol``), whichever is reached first. t̂ is the final ``hi``.
 
 ``min_exact`` (per image; 1 = exact, 0 = upper bound). Call the ray *monotone* when, once fooled,
 the victim stays fooled up to the cap: the fooled scales in [0, cap] are [t*, cap]. ``min_exact``
-is 1 when every query made on the image is consistent with a monotone ray, i.e. each queried scale
-below t̂ was not fooled (true by construction) and each scanned scale above t̂ was fooled; then,
-*if the ray is monotone*, t* ≤ t̂ ≤ t* + tolerance. It is 0 when the scan saw the victim fooled at
-one scale and not fooled at a larger scanned scale (fooled → not fooled, e.g. fooled at t = 0.25
-but not at x_adv, t = 1): the ray is then provably not monotone, fooled islands exist along it, and
-one narrower than the scan step may lie unseen below t̂; t̂ is only a scale known to fool, an upper
-bound on t*. Images fooled at t = 0 and images never fooled (t̂ = inf) are exact by this definition.
+is 1 when every query made on the image is consistent with a monotone ray: the decisions at the
+scan points switch at most once, from not fooled to fooled (each queried scale below t̂ was not
+fooled, by construction, and each scan point above t̂ was fooled). Then, *if the ray is
+monotone*, t* ≤ t̂ ≤ t* + tolerance. It is 0 when the scan saw the victim fooled at one scan point
+and not fooled at a larger one (e.g. fooled at t = 0.25 but not at x_adv, t = 1): the ray is then
+provably not monotone, fooled islands exist along it, and one narrower than the scan step may lie
+unseen below t̂; t̂ is only a scale known to fool, an upper bound on t*. This is deliberately
+conservative: the turn back to not fooled can lie *above* t̂, where it does not move the minimum.
+Images fooled at t = 0 and images never fooled (t̂ = inf) are exact by this definition.
 
 What the scan does and does not guarantee (always: t* ≤ t̂, since t̂ was seen to fool):
-- A fooled stretch of the ray wider than the scan step where it lies (1/K on (0, 1], the doubling
-  steps 1, 2, ... above) contains a scan point. So if the first fooled stretch is that wide, the
-  first fooled scan point lies in it, the bracket holds only its start, and bisection returns that
-  start within the tolerance: the first crossing, not a later one.
-- A fooled island narrower than the step that falls between two scan points is never seen. A ray
-  whose only non-monotone features are such islands gets min_exact = 1 while t̂ overstates t*;
+- Any fooled stretch of the ray at least 1/K wide contains a scan point. So if the first fooled
+  stretch is that wide, the first fooled scan point lies in it, the bracket holds only its start,
+  and bisection returns that start within the tolerance: the first crossing, not a later one.
+- A fooled island narrower than 1/K that falls between two scan points is never seen. A ray whose
+  only non-monotone features are such islands gets min_exact = 1 while t̂ overstates t*:
   min_exact = 1 means "no non-monotonicity seen at this resolution", not a certificate (no finite
   set of queries to a black box can give one). Inside the bracket, bisection follows *a* crossing;
-  if the bracket holds several, t̂ ≤ t_j still, so it is at most one scan step too high.
+  if the bracket holds several, t̂ still lies in (t_{j−1}, t_j], within one scan step of the first.
 
-Queries per image are exact: 1 (t = 0) + fine scan points (K when cap ≥ 1) + coarse scan points
-queried + bisection steps. E.g. with K = 8 and cap = 4: an image not fooled up to the cap costs
-1 + 8 + 2 = 11; one first fooled at t = 2 costs 1 + 8 + 1 + the halvings of [1, 2]; one first fooled
-at a point of (0, 1] with rel_tol = 0 and abs_tol/‖δ‖∞ = 1/64 costs 1 + 8 + 3 (1/8 → 1/64).
+Queries per image are exact: 1 (t = 0), plus, for an image not fooled at x and δ ≠ 0, one per
+scan point (⌈K·cap⌉: 16 at the defaults) and the bisection steps. E.g. at the defaults an image
+not fooled up to the cap costs 1 + 16 = 17; one first fooled at a scan point, with rel_tol = 0 and
+abs_tol/‖δ‖∞ = 1/64, costs 1 + 16 + 4 (a bracket of 1/4 halved to 1/64).
 
 Row summaries (:func:`summarize`): over the victim's clean-correct images, median and quartiles
 of min L∞ and L2 (inf counts as "not fooled within the cap"), the success-vs-distortion curve
@@ -93,33 +89,25 @@ from ..runs import read_samples, run_context
 DEFAULT_CAP = 4.0
 DEFAULT_REL_TOL = 1.0 / 64
 DEFAULT_ABS_TOL = 1.0 / 255 / 8      # L∞ tolerance in pixel units
-DEFAULT_SCAN_POINTS = 8              # evenly spaced scan points on (0, 1]: step 1/8 in t
+DEFAULT_SCAN_PER_UNIT = 4            # scan points per unit of scale: step 1/4 in t over (0, cap]
 DEFAULT_R_MAX = 16.0 / 255           # right end of the L∞ success-vs-distortion curve
 #: version of the search; bump whenever its answers change (measure_run then measures again)
-SEARCH_VERSION = 2
+SEARCH_VERSION = 3
 MEASURED_COLUMNS = ("min_scale", "min_linf", "min_l2", "min_exact", "queries")
 
 
 def search_spec(cap: float = DEFAULT_CAP, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL,
-                scan_points: int = DEFAULT_SCAN_POINTS) -> str:
+                scan_per_unit: int = DEFAULT_SCAN_PER_UNIT) -> str:
     """The search and its parameters as recorded per image in ``min_search`` (exact float reprs)."""
-    return f"scan-bisect v{SEARCH_VERSION}: scan_points={int(scan_points)} cap={float(cap)!r} " \
+    return f"scan-bisect v{SEARCH_VERSION}: scan_per_unit={int(scan_per_unit)} cap={float(cap)!r} " \
            f"rel_tol={float(rel_tol)!r} abs_tol={float(abs_tol)!r}"
 
 
-def scan_grid(cap: float = DEFAULT_CAP, scan_points: int = DEFAULT_SCAN_POINTS) -> tuple[list[float], int]:
-    """(scan scales in increasing order, how many of them form the fine part on (0, min(1, cap)]).
-
-    Fine part: k/K for k = 1..K that lie below min(1, cap), then min(1, cap); coarse part: the
-    doubling points 2, 4, ... below the cap, then the cap (see the module docstring)."""
-    k = int(scan_points)
-    top = min(1.0, cap)
-    fine = [i / k for i in range(1, k) if i / k < top] + [top]
-    coarse, t = [], top
-    while t < cap:
-        t = min(2 * t, cap)
-        coarse.append(t)
-    return fine + coarse, len(fine)
+def scan_grid(cap: float = DEFAULT_CAP, scan_per_unit: int = DEFAULT_SCAN_PER_UNIT) -> list[float]:
+    """The scan's scales in increasing order: k/K for k = 1, 2, ... below the cap, then the cap
+    (K = ``scan_per_unit``; t = 1, x_adv itself, is one of them when cap ≥ 1)."""
+    k = int(scan_per_unit)
+    return [i / k for i in range(1, math.ceil(cap * k) + 1) if i / k < cap] + [float(cap)]
 
 
 def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
@@ -139,29 +127,30 @@ def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bo
 def min_scale_search(victim: nn.Module, x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
                      targeted: bool = False, cap: float = DEFAULT_CAP, rel_tol: float = DEFAULT_REL_TOL,
                      abs_tol: float = DEFAULT_ABS_TOL, batch_size: int = 500, device: str = "cpu",
-                     scan_points: int = DEFAULT_SCAN_POINTS) -> dict[str, torch.Tensor]:
+                     scan_per_unit: int = DEFAULT_SCAN_PER_UNIT) -> dict[str, torch.Tensor]:
     """Minimal fooling scale along δ = x_adv − x for each image (see the module docstring).
 
     x, x_adv: N×C×H×W float in [0,1]; y: int64 N, true labels (targeted: the targets).
     ``cap`` (> 0): largest scale tried; ``rel_tol`` (relative to the scale) and ``abs_tol``
-    (L∞ in pixel units) set when bisection stops; ``scan_points`` (K ≥ 1): evenly spaced scan
-    points on (0, 1], the scan's resolution there is 1/K (1: the former bracket 1, 2, 4, ...).
+    (L∞ in pixel units) set when bisection stops; ``scan_per_unit`` (K ≥ 1): scan points per unit
+    of scale, the scan's resolution is a step of 1/K in t over (0, cap].
     Returns CPU tensors of length N: ``min_scale`` (float64; inf if not fooled at any scan point
     up to the cap, 0 if fooled at x), ``min_linf``, ``min_l2`` (float64, of clip(x + t̂·δ) − x per
-    image), ``min_exact`` (bool; False: the scan saw the ray fooled and then not fooled, so
-    min_scale is an upper bound) and ``queries`` (int64, victim forward passes per image).
+    image), ``min_exact`` (bool; False: the scan saw the victim fooled and then not fooled at a
+    larger scale, so min_scale is an upper bound) and ``queries`` (int64, victim forward passes
+    per image).
     """
     if not cap > 0 or not math.isfinite(cap):
         raise UserError(f"cap must be a positive finite scale, got {cap}")
     if rel_tol < 0 or abs_tol < 0 or (rel_tol == 0 and abs_tol == 0):
         raise UserError(f"tolerances must be >= 0 and not both 0 (rel_tol={rel_tol}, abs_tol={abs_tol})")
-    if isinstance(scan_points, bool) or int(scan_points) != scan_points or scan_points < 1:
-        raise UserError(f"scan_points must be a positive integer, got {scan_points}")
+    if isinstance(scan_per_unit, bool) or int(scan_per_unit) != scan_per_unit or scan_per_unit < 1:
+        raise UserError(f"scan_per_unit must be a positive integer, got {scan_per_unit}")
     if x.shape != x_adv.shape or len(y) != len(x):
         raise UserError(f"x {tuple(x.shape)}, x_adv {tuple(x_adv.shape)} and y ({len(y)}) do not match")
-    grid, n_fine = scan_grid(cap, int(scan_points))
+    grid = scan_grid(cap, int(scan_per_unit))
     outs = [_search_batch(victim, x[s:s + batch_size].to(device), x_adv[s:s + batch_size].to(device),
-                          y[s:s + batch_size].to(device), targeted, grid, n_fine, rel_tol, abs_tol)
+                          y[s:s + batch_size].to(device), targeted, grid, rel_tol, abs_tol)
             for s in range(0, len(x), batch_size)]
     if not outs:
         e = torch.zeros(0, dtype=torch.float64)
@@ -170,7 +159,7 @@ def min_scale_search(victim: nn.Module, x: torch.Tensor, x_adv: torch.Tensor, y:
     return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
 
 
-def _search_batch(victim, x, x_adv, y, targeted, grid, n_fine, rel_tol, abs_tol) -> dict[str, torch.Tensor]:
+def _search_batch(victim, x, x_adv, y, targeted, grid, rel_tol, abs_tol) -> dict[str, torch.Tensor]:
     n = len(x)
     delta = x_adv - x
     dinf = delta.flatten(1).abs().amax(1).double().cpu()
@@ -189,20 +178,19 @@ def _search_batch(victim, x, x_adv, y, targeted, grid, n_fine, rel_tol, abs_tol)
     all_idx = torch.arange(n)
     f0 = at(torch.zeros(n, dtype=torch.float64), all_idx)
     hi[f0] = 0.0
-    # scan: images with δ = 0 can never be fooled away from x; the fine part (the first n_fine
-    # points) goes to every other image, the coarse part only to images not yet fooled
+    # scan every grid point for every image not fooled at x (images with δ = 0 can never be
+    # fooled away from x): the first fooled point and the one before it bracket the first crossing
     scanned = all_idx[~f0 & (dinf > 0)]
     seen = torch.zeros(n, dtype=torch.bool)          # fooled at some scan point so far
-    for j, t in enumerate(grid):
-        active = scanned if j < n_fine else scanned[~seen[scanned]]
-        if not len(active):
+    for t in grid:
+        if not len(scanned):
             break
-        f = at(torch.full((len(active),), t, dtype=torch.float64), active)
-        before = seen[active]
-        hi[active[f & ~before]] = t                  # the first scan point that fools
-        lo[active[~f & ~before]] = t                 # the last scan point before it
-        exact[active[~f & before]] = False           # fooled earlier, not fooled here
-        seen[active[f]] = True
+        f = at(torch.full((len(scanned),), t, dtype=torch.float64), scanned)
+        before = seen[scanned]
+        hi[scanned[f & ~before]] = t                 # the first scan point that fools
+        lo[scanned[~f & ~before]] = t                # the last scan point before it
+        exact[scanned[~f & before]] = False          # fooled earlier, not fooled here
+        seen[scanned[f]] = True
     # bisection inside [lo, hi] for images with a finite, positive bracket
     scale_tol = torch.where(dinf > 0, abs_tol / dinf.clamp_min(1e-300), torch.full_like(dinf, math.inf))
 
@@ -333,7 +321,7 @@ def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
 def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: float = DEFAULT_CAP,
                 rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, device: str = "cpu",
                 cache=None, data_dir=None, batch_size: int = 500,
-                log: Callable[[str], None] = lambda s: None, scan_points: int = DEFAULT_SCAN_POINTS) -> pd.DataFrame:
+                log: Callable[[str], None] = lambda s: None, scan_per_unit: int = DEFAULT_SCAN_PER_UNIT) -> pd.DataFrame:
     """Measure minimal distortion for every (cell, victim) of a run; returns the summary table.
 
     Per image, ``min_scale, min_linf, min_l2, min_exact, queries`` and ``min_search``
@@ -352,7 +340,7 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
     unknown = [v for v in wanted if v not in known]
     if unknown:
         raise UserError(f"victim(s) {', '.join(unknown)} not in this run's results (it has: {', '.join(sorted(known))})")
-    spec = search_spec(cap, rel_tol, abs_tol, scan_points)
+    spec = search_spec(cap, rel_tol, abs_tol, scan_per_unit)
     models = _Models(cache, device)
     store = RunStore(run_dir)
     for cell_id, rows in res.groupby("cell_id", sort=False):
@@ -375,7 +363,7 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
             model = models.get(v, size)
             lm = getattr(model, "label_map", None)  # a downstream victim: its own labels (never targeted)
             out = min_scale_search(model, x, x_adv, lm[goal] if lm is not None else goal, targeted, cap, rel_tol,
-                                   abs_tol, batch_size, device, scan_points=scan_points)
+                                   abs_tol, batch_size, device, scan_per_unit=scan_per_unit)
             m = pd.DataFrame({"index": index.numpy(), **{k: out[k].numpy().astype(float) for k in MEASURED_COLUMNS}})
             sel = df["victim"] == v
             merged = df.loc[sel, ["index"]].merge(m, on="index", how="left")
@@ -417,4 +405,4 @@ def write_summary(run_dir: str | Path, res: pd.DataFrame | None = None, r_max: f
 
 __all__ = ["min_scale_search", "success_curve", "curve_auc", "summarize", "measure_run", "write_summary",
            "cell_images", "linf_grid", "scan_grid", "search_spec", "DEFAULT_CAP", "DEFAULT_REL_TOL",
-           "DEFAULT_ABS_TOL", "DEFAULT_SCAN_POINTS", "SEARCH_VERSION"]
+           "DEFAULT_ABS_TOL", "DEFAULT_SCAN_PER_UNIT", "SEARCH_VERSION"]

@@ -86,7 +86,7 @@ def section_min_distortion(ctx: ReportContext) -> Section | None:
     blocks: list[Block] = [
         "Minimal distortion along the transfer direction: each crafted perturbation δ = x_adv − x is scaled, "
         "x(t) = clip(x + t·δ, 0, 1), and the smallest scale t* that fools the victim is found by a scan for the "
-        "first crossing (t = 1/8, 2/8, ..., 1, then 2, 4) and bisection; the table gives ‖x(t*) − x‖∞ in /255 "
+        "first crossing (every t = 1/4, 2/4, ... up to the cap) and bisection; the table gives ‖x(t*) − x‖∞ in /255 "
         "over the victim's clean-correct images, as median [q25, q75]. ∞: more than that share of images is not "
         "fooled up to the largest scale tried (4× by default). Smaller means the direction transfers more "
         "easily. White-box cells are marked †."]
@@ -97,7 +97,8 @@ def section_min_distortion(ctx: ReportContext) -> Section | None:
         blocks.append(
             f"Upper bounds: on {n_ub:,} of {n_cc:,} clean-correct (image, cell, victim) minima "
             f"({pct(n_ub / n_cc) + '%' if n_cc else 'n/a'}) the scan saw the victim fooled and then not fooled at a "
-            "larger scale: the ray is not monotone and t* is only an upper bound there"
+            "larger scale: the ray is not monotone and t* is only an upper bound there (a conservative flag: the "
+            "turn back may lie above t*, where it does not move the minimum)"
             + (f" (most in one row: {pct(float(worst['frac_upper_bound']))}%, {worst['surrogate']} → "
                f"{worst['victim']}, {worst['attack_label']} at {worst['eps_str']})" if worst is not None and n_ub else "")
             + ". The other minima agree with a ray that stays fooled once fooled; a fooled island narrower than the "
