@@ -10,7 +10,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..registry import Registry
 from ..utils import parse_fraction
-from .params import CellView, Param, common_parameters
+from .collection import ModelCollection
+from .params import CellView, Param
 
 ENSEMBLE_MODES = ("logit", "loss", "prob")
 #: attacker losses: ``ce`` (cross-entropy), ``logit`` (the target's logit, or minus the true
@@ -39,6 +40,23 @@ TARGET_MODES = ("random", "least_likely")
 ATTACK_KINDS = ("gradient", "ensemble", "universal", "generative", "feature")
 #: kinds that perturb each image on its own (matched baselines and the generic attack tests apply)
 PER_IMAGE_KINDS = ("gradient", "ensemble", "feature")
+
+
+def common_parameters(norms: Sequence[str], default_steps: int) -> dict[str, Param]:
+    """The parameters every attack takes (see :class:`advtransfer.attacks.base.Attack`)."""
+    return {
+        "eps": Param(8 / 255, "number", lo=0, lo_open=True, doc="radius ε in pixel space, e.g. 8/255 "
+                                                                 "(at most 1 under linf)"),
+        "norm": Param(norms[0], "choice", choices=tuple(norms), doc="threat model"),
+        "steps": Param(default_steps, "int", lo=1, none_ok=True, doc="iterations"),
+        "alpha": Param(None, "number", lo=0, lo_open=True, none_ok=True, doc="step size in pixel space "
+                                                                               "(default per attack, e.g. ε/steps)"),
+        "targeted": Param(False, "bool", doc="aim at a target class instead of away from the true one"),
+        "seed": Param(0, "int", doc="seed of the attack's randomness, drawn per image from (seed, dataset index)"),
+        "ensemble": Param("logit", "choice", choices=ENSEMBLE_MODES, doc="how a surrogate set's members combine"),
+        "loss": Param("ce", "choice", choices=LOSSES, doc="attacker loss"),
+        "target": Param("random", "target", doc="how a targeted attack picks its target"),
+    }
 
 
 @dataclass
@@ -106,32 +124,6 @@ def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: i
         h = int.from_bytes(hashlib.blake2b(f"target:{seed}:{i}".encode(), digest_size=4).digest(), "little")
         out.append((yi + 1 + h % (num_classes - 1)) % num_classes)
     return torch.tensor(out, dtype=torch.int64)
-
-
-@runtime_checkable
-class ModelCollection(Protocol):
-    """A multi-sample surrogate used as one member of a :class:`SurrogateSet` (LGV snapshots,
-    cSGLD samples, SWAG, posterior smoothing: :mod:`advtransfer.models.collections`).
-
-    Per attack iteration it draws K = ``evals_per_call`` weight sets; ``reset()`` reseeds the
-    draws (at the start of every attack call), ``advance()`` moves to the next iteration's draws,
-    ``draw_logits(x, k)`` gives the logits (N×classes) of draw k (0..K−1), ``step_logits(x)`` those
-    of all K draws of the iteration, ``mean_logits(x)`` the prediction of the whole collection.
-    Inputs are pixels in [0,1], N×C×H×W.
-    """
-
-    @property
-    def evals_per_call(self) -> int: ...
-
-    def reset(self) -> None: ...
-
-    def advance(self) -> None: ...
-
-    def draw_logits(self, x: torch.Tensor, k: int) -> torch.Tensor: ...
-
-    def step_logits(self, x: torch.Tensor) -> list[torch.Tensor]: ...
-
-    def mean_logits(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -399,7 +391,7 @@ class Attack:
     hooks_model = False
     norms: tuple[str, ...] = ("linf", "l2")
     default_steps = 10
-    #: the attack's own parameters (beyond :func:`~.params.common_parameters`), one declared
+    #: the attack's own parameters (beyond :func:`common_parameters`), one declared
     #: :class:`~.params.Param` each: default, type and allowed values. Subclasses extend their
     #: base's (``{**Base.parameters, "n_copies": Param(20, "int", lo=1)}``).
     parameters: dict[str, Param] = {}

@@ -148,7 +148,7 @@ class FeatureTap:
 def check_plain(model: nn.Module, name: str, why: str = "feature-level attacks take plain surrogates") -> None:
     """A feature attack fixes its guides on one network: weight collections are refused with
     ``why`` (what needs a plain surrogate, and what to do) as the start of the line."""
-    from .base import ModelCollection
+    from .collection import ModelCollection
 
     if isinstance(model, ModelCollection):
         raise UserError(f"{why}; {name} is a weight collection")

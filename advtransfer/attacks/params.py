@@ -3,7 +3,8 @@ its type and its allowed values (range, choices, list length, or what it must na
 the surrogate, a class of the dataset, a zoo model, a count of training images).
 
 An attack class lists its own parameters in ``parameters`` (merged over its bases'); the common
-ones every attack takes (ε, norm, steps, ...) are :func:`common_parameters`. From these one
+ones every attack takes (ε, norm, steps, ...) are
+:func:`advtransfer.attacks.base.common_parameters`. From these one
 description:
 
 - :meth:`Param.check` judges a value as given (type and static range) when the attack is built,
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..utils import parse_fraction
@@ -254,22 +255,3 @@ class CellView:
     models: frozenset[str] = field(default_factory=frozenset)
     size: str = "ci"
     archs: tuple[tuple[str, str], ...] = ()
-
-
-def common_parameters(norms: Sequence[str], default_steps: int) -> dict[str, Param]:
-    """The parameters every attack takes (see :class:`advtransfer.attacks.base.Attack`)."""
-    from .base import ENSEMBLE_MODES, LOSSES
-
-    return {
-        "eps": Param(8 / 255, "number", lo=0, lo_open=True, doc="radius ε in pixel space, e.g. 8/255 "
-                                                                 "(at most 1 under linf)"),
-        "norm": Param(norms[0], "choice", choices=tuple(norms), doc="threat model"),
-        "steps": Param(default_steps, "int", lo=1, none_ok=True, doc="iterations"),
-        "alpha": Param(None, "number", lo=0, lo_open=True, none_ok=True, doc="step size in pixel space "
-                                                                               "(default per attack, e.g. ε/steps)"),
-        "targeted": Param(False, "bool", doc="aim at a target class instead of away from the true one"),
-        "seed": Param(0, "int", doc="seed of the attack's randomness, drawn per image from (seed, dataset index)"),
-        "ensemble": Param("logit", "choice", choices=ENSEMBLE_MODES, doc="how a surrogate set's members combine"),
-        "loss": Param("ce", "choice", choices=LOSSES, doc="attacker loss"),
-        "target": Param("random", "target", doc="how a targeted attack picks its target"),
-    }
