@@ -30,7 +30,8 @@ an image's perturbation depends on its batch. ``rng: image`` runs each image alo
 Refused with one line (``advtransfer attacks`` lists them): generative attacks (pretrained
 ImageNet generators downloaded at run time), attacks hooking timm ViT or torchvision
 ResNet/DenseNet module names, attacks not bounded by ε (DeepFool, CW, JSMA, EAD, OnePixel,
-Pixle, SparseFool, noise), downloads, hard-coded CUDA or 224×224 images on other images.
+Pixle, SparseFool, noise), downloads, hard-coded CUDA or 224×224 images on other images, and a
+port that does not do what its attack does in the installed version (torchattack 1.7.2's MIG).
 Library attacks take the logit ensemble of plain models (no LGV/SWAG/cSGLD collections) and their
 own loss (``loss: ce``).
 """
@@ -78,6 +79,11 @@ REFUSED: dict[tuple[str, str], str] = {
     ("torchattack", "BPA"): "replaces torchvision ResNet modules (maxpool, layer3/layer4 ReLUs) that the harness's "
                             "networks do not have, so it would run as plain MI-FGSM",
 }
+#: attacks whose code in a given library version does not do what the attack does (refused for it)
+_BROKEN: dict[tuple[str, str, str], str] = {
+    ("torchattack", "MIG", "1.7.2"): "its loss is the true class's probability, ascended untargeted (the update has the "
+                                     "wrong sign): it makes images more often right, not wrong",
+}
 #: attacks that draw tensors at 224×224 (ImageNet): refused on images of another size
 _IMAGE_224 = {("torchattack", "SSA"): "draws its spectrum noise at 224×224 (ImageNet images)"}
 #: attacks that need another package
@@ -116,6 +122,9 @@ def refusal(library: str, name: str, cls: type) -> str | None:
     """Why ``library``'s attack ``name`` cannot run in the harness (None: it can)."""
     if (library, name) in REFUSED:
         return REFUSED[(library, name)]
+    broken = _BROKEN.get((library, name, library_version(library)))
+    if broken:
+        return f"{library} {library_version(library)}'s {name} is broken: {broken}"
     need = _NEEDS.get((library, name))
     if need and importlib.util.find_spec(need) is None:
         return f"needs the {need} package (pip install {need})"
