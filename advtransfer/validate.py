@@ -109,7 +109,8 @@ def cell_view(spec: "GridSpec", cell, specs: dict, ds, n_train: int | None, nets
             archs.append((m, src.arch_name(spec.size)))
         else:
             members.append((m, None))
-    h, w, c = tuple(ds.x.shape[1:])
+    shape = getattr(ds.x, "shape", None)  # an in-memory N×H×W×C array; an image folder squares to its size
+    h, w, c = tuple(shape[1:]) if shape is not None else (ds.x.size, ds.x.size, 3)
     return CellView(networks=tuple(members), num_classes=len(ds.classes), image_shape=(c, h, w), n_train=n_train,
                     models=frozenset(specs), size=spec.size, archs=tuple(archs))
 
