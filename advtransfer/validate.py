@@ -112,7 +112,7 @@ def cell_view(spec: "GridSpec", cell, specs: dict, ds, n_train: int | None, nets
     shape = getattr(ds.x, "shape", None)  # an in-memory N×H×W×C array; an image folder squares to its size
     h, w, c = tuple(shape[1:]) if shape is not None else (ds.x.size, ds.x.size, 3)
     return CellView(networks=tuple(members), num_classes=len(ds.classes), image_shape=(c, h, w), n_train=n_train,
-                    models=frozenset(specs), size=spec.size, archs=tuple(archs))
+                    size=spec.size, archs=tuple(archs))
 
 
 def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_dir: str | os.PathLike | None = None,
@@ -147,12 +147,12 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
             src.check(spec.size, cache)  # a corrupt checkpoint is refused before anything runs
         elif src.trains:
             needs_training = True
-    learns = any(p.within == "train_images" for _, a in cells for p in a.declared().values())
-    if learns or needs_training:
+    learners = [(c, a) for c, a in cells if any(p.within == "train_images" for p in a.declared().values())]
+    if learners or needs_training:
         train = load_dataset(spec.dataset, "train", data_dir)
         check_split(train, 1, 0, spec.source)
-        if learns:  # training-image counts against the split, now that its size is known
-            _check_cells(spec, cells, specs, ds, len(train), nets)
+        if learners:  # their training-image counts against the split, now that its size is known
+            _check_cells(spec, learners, specs, ds, len(train), nets)
 
 
 def _check_cells(spec: "GridSpec", cells: list, specs: dict, ds, n_train: int | None, nets: dict) -> None:

@@ -21,7 +21,7 @@ A new attack gets all three by declaring its parameters. Units: ε and step size
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
@@ -245,13 +245,11 @@ class CellView:
     """What the preflight knows of the cell an attack will craft in, before any model trains:
     ``networks``: (model name, a freshly initialised network of its architecture, or None where
     none can be built without its weights) per surrogate member; ``num_classes``; ``image_shape``
-    C×H×W; ``n_train``: images in the training split (None when not loaded); ``models``: the zoo's
-    entry names; ``size``: the zoo size; ``archs``: (model name, architecture name) per member."""
+    C×H×W; ``n_train``: images in the training split (None when not loaded); ``size``: the zoo size; ``archs``: (model name, architecture name) per member."""
 
     networks: tuple[tuple[str, "nn.Module | None"], ...] = ()
     num_classes: int = 10
     image_shape: tuple[int, int, int] = (3, 32, 32)
     n_train: int | None = None
-    models: frozenset[str] = field(default_factory=frozenset)
     size: str = "ci"
     archs: tuple[tuple[str, str], ...] = ()
