@@ -1,8 +1,8 @@
 """Resumable training: the SGD loop's state at the end of each epoch, so that a training run cut
 off (a session's end, a kill, a reboot) continues where it stopped rather than from the start.
 
-A converged surrogate can take hours on 2 cores (cSGLD 85-110 min a replicate, measured; SAM 70-100
-min from its measured step cost; PGD-AT about 10 h, estimated), more than one sitting.
+A converged surrogate can take hours on 2 cores, more than one sitting (the measured costs are in
+claims/README.md and the models' cards).
 :func:`advtransfer.training.standard.fit` writes, after every epoch, one file holding everything the
 rest of the run depends on: the network's and the optimiser's state, the data-order and augmentation
 generator, torch's global generator, the step and epoch counters, the kept checkpoints, and the
