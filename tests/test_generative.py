@@ -251,12 +251,12 @@ def test_pdcl_runs_with_a_tiny_clip(tiny_clip_zoo, trained, train_images):
     ("cgnc", {"cond": "clip"}, "cond clip needs clip"),
     ("cgnc", {"cond": "text"}, "cond must be one of"),
     ("cda", {"objective": "l2"}, "objective must be one of"),
-    ("cda", {"width": 0}, "width must be a positive integer"),
+    ("cda", {"width": 0}, "width must be an integer >= 1, got 0"),
     ("cda", {"targeted": True, "objective": "rce"}, "untargeted"),
     ("cda", {"targeted": True}, "aims at one class"),  # an unconditional generator cannot take per-image targets
     ("cgnc", {"target": "least_likely"}, "random or one class"),
     ("dual_flow", {"flow_steps": 0}, "flow_steps"),
-    ("facl", {"band_low": 0.6, "band_high": 0.5}, "band_low < band_high"),
+    ("facl", {"band_low": 0.6, "band_high": 0.5}, "band_low must lie below band_high"),
 ])
 def test_bad_generator_parameters(name, kw, match):
     with pytest.raises(UserError, match=match):
