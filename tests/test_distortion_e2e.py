@@ -79,6 +79,7 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "HopSkipJump" in out and "FiT" in out and "SAT" in out
+    assert "scan step 1/4" in out
 
     # per-image minimal distortion merged into every samples table, for every row
     s = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
@@ -103,6 +104,9 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
                                 "auc", "n_fooled_within_cap", "n_upper_bound", "frac_upper_bound"} <= set(summ.columns)
     assert summ["auc"].between(0, 1).all() and summ["frac_upper_bound"].between(0, 1).all()
     assert (run / "distortion.csv").is_file()
+    # the console's count of exact minima and upper bounds is the summary's
+    n_ub, n_f = int(summ.n_upper_bound.sum()), int(summ.n_fooled_within_cap.sum())
+    assert f"minima measured: {n_f} fooled within the cap, {n_f - n_ub} exact within the tolerance, {n_ub} upper bounds" in out
 
     # ASR-vs-ε figures, one per (surrogate, attack), and SAT figures
     figs = {p.name for p in (run / "figures").iterdir()}
@@ -175,9 +179,28 @@ def test_grid_then_distortion(tmp_path, monkeypatch, capsys):
     again = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
     pd.testing.assert_frame_equal(before, again[before.columns])
 
+    # a finer scan (step 1/8) is another search: every pair is measured again; its scan points
+    # include every 1/4 point, so each ray the 1/4 scan saw turn back (upper bound) it sees too,
+    # and its first fooled point is no later (min_scale no larger than the 1/4 scan's first fooled
+    # point, which is at most one 1/4 step above that search's t̂)
+    assert main(args + ["--blackbox-budgets", "0", "--fit-budgets", "0", "--no-plot", "--scan-per-unit", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("minimal distortion: cell") == 36 and "scan step 1/8" in out
+    fine = pd.concat([pd.read_parquet(p) for p in sorted((run / "samples").glob("*.parquet"))], ignore_index=True)
+    assert (fine.min_search == search_spec(scan_per_unit=8)).all()
+    # the same per-image tables in the same order, measured again in place
+    assert (fine[["victim", "index"]].to_numpy() == before[["victim", "index"]].to_numpy()).all()
+    both = before[["min_exact", "min_scale"]].join(fine[["min_exact", "min_scale"]], lsuffix="_4", rsuffix="_8")
+    assert (both.loc[both.min_exact_4 == 0, "min_exact_8"] == 0).all()
+    fooled4 = np.isfinite(both.min_scale_4)
+    assert (both.loc[fooled4, "min_scale_8"] <= both.loc[fooled4, "min_scale_4"] + 0.25 + 1e-9).all()
+    ccf = fine[fine.clean_correct]
+    assert (ccf.loc[np.isinf(ccf.min_scale), "queries"] == 1 + 32).all()
+
     # bad input: one line, exit 2
+    assert main(["distortion", str(run), "--scan-per-unit", "0"]) == 2
     assert main(["distortion", str(tmp_path / "nope")]) == 2
     assert main(["distortion", str(run), "--victims", "resnet99"]) == 2
     assert main(["distortion", str(run), "--blackbox-budgets", "ten"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(e.startswith("advtransfer: error:") for e in err)
+    assert len(err) == 4 and all(e.startswith("advtransfer: error:") for e in err)
