@@ -66,12 +66,15 @@ class BatchPlan:
     ``run(fn, n)`` calls ``fn(start, stop)`` over ``range(n)`` in chunks of the current size;
     on an out-of-memory error the same chunk is retried with half the size (an error at size 1
     is raised). ``fn`` must be a pure function of its chunk (the chunk is recomputed).
-    ``halvings`` lists (old, new) sizes; ``log`` is told of each."""
+    ``halvings`` lists (old, new) sizes; ``log`` is told of each. ``fixed``: the size must not
+    change (the results depend on the batches); an out-of-memory error is then a UserError
+    ending with this text."""
 
-    def __init__(self, size: int, log: Callable[[str], None] | None = None, what: str = "batch") -> None:
+    def __init__(self, size: int, log: Callable[[str], None] | None = None, what: str = "batch",
+                 fixed: str | None = None) -> None:
         if size < 1:
             raise ValueError("batch size must be >= 1")
-        self.size, self.log, self.what = int(size), log, what
+        self.size, self.log, self.what, self.fixed = int(size), log, what, fixed
         self.halvings: list[tuple[int, int]] = []
 
     def run(self, fn: Callable[[int, int], Any], n: int) -> list[Any]:
@@ -83,6 +86,10 @@ class BatchPlan:
             except Exception as err:  # noqa: BLE001 - only out-of-memory errors are handled
                 if not is_oom(err) or self.size == 1:
                     raise
+                if self.fixed:
+                    from .errors import UserError
+
+                    raise UserError(f"out of memory at {self.what} size {self.size}: {self.fixed}") from None
                 old, self.size = self.size, max(1, self.size // 2)
                 self.halvings.append((old, self.size))
                 if torch.cuda.is_available():

@@ -49,6 +49,23 @@ def test_batch_plan_halves_on_oom_and_keeps_the_smaller_size():
     assert len(log) == 3 and "out of memory at batch size 16" in log[0]
 
 
+def test_a_fixed_batch_plan_never_halves():
+    """An attack whose examples depend on their batch (randomness drawn per batch) may not be
+    recomputed in smaller batches: out of memory is a UserError that says what to do."""
+    from advtransfer.errors import UserError
+
+    calls = []
+
+    def fn(s, e):
+        calls.append((s, e))
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    plan = BatchPlan(16, fixed="lower the grid's batch_size")
+    with pytest.raises(UserError, match="out of memory at batch size 16: lower the grid's batch_size"):
+        plan.run(fn, 40)
+    assert calls == [(0, 16)] and plan.size == 16 and plan.halvings == []
+
+
 def test_batch_plan_raises_other_errors_and_oom_at_one():
     with pytest.raises(ValueError):
         BatchPlan(4).run(lambda s, e: (_ for _ in ()).throw(ValueError("not memory")), 8)

@@ -159,6 +159,33 @@ def test_randomness_is_seeded_per_batch_or_per_image(setup):
     assert torch.equal(state, torch.random.get_rng_state())  # the global generator is restored
 
 
+def test_batch_size_enters_the_id_of_cells_whose_randomness_is_per_batch(tmp_path):
+    """Under rng: batch an image's perturbation depends on its crafting batch, so another batch_size
+    is another cell; under rng: image, and for the harness's own attacks (per-image generators),
+    the batch size changes nothing and the ids stay."""
+    import yaml
+
+    from advtransfer.grid import expand_cells, load_grid
+
+    def ids(batch_size: int) -> dict[str, str]:
+        grid = {"name": "b", "n": 40, "size": "ci", "batch_size": batch_size, "eps": ["8/255"],
+                "defaults": {"steps": 2}, "surrogates": ["resnet20_a"], "victims": ["resnet20_b"],
+                "attacks": {"lib_batch": {"attack": "torchattack:VMIFGSM", "n": 2},
+                            "lib_image": {"attack": "torchattack:VMIFGSM", "n": 2, "rng": "image"},
+                            "vmifgsm": {}}}
+        path = tmp_path / f"g{batch_size}.yaml"
+        path.write_text(yaml.safe_dump(grid))
+        spec = load_grid(str(path))
+        return {c.attack.label: c.cell_id for c in expand_cells(spec, {m: "sha" for m in spec.model_names()})}
+
+    a, b = ids(40), ids(20)
+    assert a["lib_batch"] != b["lib_batch"]
+    assert a["lib_image"] == b["lib_image"] and a["vmifgsm"] == b["vmifgsm"]
+    assert create_attack("torchattack:VMIFGSM").batch_dependent
+    assert not create_attack("torchattack:VMIFGSM", rng="image").batch_dependent
+    assert not create_attack("vmifgsm").batch_dependent
+
+
 def _runnable() -> list[str]:
     from advtransfer.attacks.ecosystem import LIBRARIES, adapted_names
 

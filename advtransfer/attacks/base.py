@@ -477,6 +477,15 @@ class Attack:
         spend theirs there, whatever ``n_images`` is)."""
         return self.grad_evals_formula(n_models) * n_images
 
+    @property
+    def batch_dependent(self) -> bool:
+        """Whether an image's result depends on the other images of its crafting batch (randomness
+        drawn per batch, e.g. a library attack under ``rng: batch``). Such a cell's id holds the
+        grid's ``batch_size``, and its crafting batch is never halved on out-of-memory (that would
+        change the examples): the error says to lower the batch size instead. Per-image attacks of
+        the harness draw their randomness per image: False."""
+        return False
+
     # --- public API -------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
         """Resolved parameters (JSON-able), as recorded in the results table."""
@@ -566,7 +575,10 @@ class Attack:
                 ctx.progress(len(xb))
             return out
 
-        plan = BatchPlan(ctx.batch_size, ctx.log, "crafting batch")
+        plan = BatchPlan(ctx.batch_size, ctx.log, "crafting batch",
+                         fixed=f"attack {self.name!r} draws its randomness per crafting batch, so a smaller batch "
+                               "would change its examples; lower the grid's batch_size (or use rng: image)"
+                         if self.batch_dependent else None)
         outs = plan.run(chunk, len(x_all))
         if ctx.progress is not None and len(x_all) < len(ctx.x):
             ctx.progress(len(ctx.x) - len(x_all))

@@ -23,8 +23,10 @@ measured once per parameter set by running the attack on a tiny stand-in network
 Randomness: neither library takes a generator, so by default (``rng: batch``) torch's, numpy's
 and Python's global generators are seeded per crafting batch from the attack seed and the batch's
 dataset indices (and restored afterwards): results are reproducible for a given batch size, but
-an image's perturbation depends on its batch. ``rng: image`` runs each image alone, seeded from
-(seed, its index): independent of batching, and slower. The mode is recorded in the row's
+an image's perturbation depends on its batch: the grid's ``batch_size`` then enters the cell id
+(another batch size is another cell) and the crafting batch is never halved on out-of-memory
+(the error says to lower it). ``rng: image`` runs each image alone, seeded from (seed, its
+index): independent of batching, and slower. The mode is recorded in the row's
 ``attack_params``, with the library's name and version (``library``), so both enter the cell id.
 
 Refused with one line (``advtransfer attacks`` lists them): generative attacks (pretrained
@@ -299,6 +301,10 @@ class LibraryAttack(Attack):
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "library": self.library_id()}
+
+    @property
+    def batch_dependent(self) -> bool:
+        return self.extra["rng"] == "batch"
 
     # --- building the library's attack ----------------------------------------------------------
     def _kwargs(self, model: nn.Module, device: torch.device, num_classes: int, seed: int) -> dict[str, Any]:

@@ -47,6 +47,8 @@ def cell_config(spec: GridSpec, s: SurrogateEntry, a: AttackEntry, seed: int, at
     aux = {str(v): model_shas[str(v)] for k, v in attack.params().items() if k in AUX_MODEL_KEYS and v}
     if aux:  # e.g. the CLIP model a generator is conditioned on
         config["aux_sha"] = aux
+    if attack.batch_dependent:  # randomness drawn per crafting batch: another batch size is another cell
+        config["craft_batch"] = spec.batch_size
     if spec.precision != "fp32":  # mixed precision changes the examples (never an fp32 cell's id)
         config["precision"] = spec.precision
     code = plugin_code(spec, s, a.attack)
