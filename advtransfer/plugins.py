@@ -1,4 +1,4 @@
-"""Plugins: attacks, network architectures and training methods from the user's own code, and model
+"""Plugins: attacks, network architectures, training methods and measures from the user's own code, and model
 catalogue entries from the user's own YAML, without forking the harness.
 
 A plugin is
@@ -6,7 +6,9 @@ A plugin is
 - a Python file (``my_attacks.py``) or an importable module (``mypkg.attacks``) that registers what
   it defines when imported: ``@register_attack(...)`` (:mod:`advtransfer.attacks`),
   ``@ARCHS.register(...)`` (:mod:`advtransfer.models.archs`: a builder taking ``num_classes`` that
-  returns a network of *normalised* images, like the harness's own), ``TRAINERS`` (training methods);
+  returns a network of *normalised* images, like the harness's own), ``TRAINERS`` (training methods),
+  ``@register_measure(...)`` (:mod:`advtransfer.analysis.measures`: a table computed from a run
+  folder, ``advtransfer measure RUN NAME``, shown by the report);
 - a catalogue file (``my_models.yaml``, the format of ``surrogates/*.yaml``) whose entries join the
   zoo: ``arch: <registered name>`` with a ``recipe`` (the harness trains it) or with
   ``pretrained: {weights: file}`` (the user's own weights; a relative path is relative to the YAML);
@@ -68,11 +70,12 @@ _ENTRY_POINTS_DONE = False
 
 
 def _registries() -> dict[str, Any]:
+    from .analysis.measures.registry import MEASURES
     from .attacks import ATTACKS
     from .models.archs import ARCHS
     from .training.base import TRAINERS
 
-    return {ATTACKS.kind: ATTACKS, ARCHS.kind: ARCHS, TRAINERS.kind: TRAINERS}
+    return {ATTACKS.kind: ATTACKS, ARCHS.kind: ARCHS, TRAINERS.kind: TRAINERS, MEASURES.kind: MEASURES}
 
 
 def sha256_of(path: str | Path) -> str:

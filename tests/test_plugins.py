@@ -5,7 +5,9 @@ plugin that cannot load is one line and exit 2 before anything is trained or wri
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -46,6 +48,35 @@ def my_net(num_classes=10, width=8):
     return nn.Sequential(nn.Conv2d(3, w, 3, 1, 1), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(w, 2 * w, 3, 1, 1), nn.BatchNorm2d(2 * w), nn.ReLU(),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * w, num_classes))
+'''
+
+MEASURES = '''
+"""The user's own measures of a run folder."""
+import pandas as pd
+import torch
+
+from advtransfer.analysis.measures import register_measure
+
+
+@register_measure("agree_pred", loads_models=True)
+def agree_pred(ctx):
+    """share of adversarial images on which the victim, loaded again, predicts the run's adv_pred"""
+    rows = []
+    for cell in ctx.cells():
+        x, x_adv, y, index = ctx.images(cell.cell_id)
+        s = ctx.samples(cell.cell_id)
+        for v in ctx.victims(cell.cell_id):
+            with torch.no_grad():
+                pred = ctx.model(v)(x_adv).argmax(1)
+            run_pred = s[s.victim == v].set_index("index").loc[index.numpy(), "adv_pred"].to_numpy()
+            rows.append({"cell_id": cell.cell_id, "victim": v, "n": len(pred),
+                         "agree": float((pred.numpy() == run_pred).mean())})
+    return pd.DataFrame(rows)
+
+
+@register_measure("not_a_table")
+def not_a_table(ctx):
+    return [1, 2, 3]
 '''
 
 CATALOGUE = {"models": [{"name": "my_net_a", "arch": "my_net", "family": "cnn", "recipe": {
@@ -135,6 +166,37 @@ def test_plugin_attack_and_network_run_with_serial_local_and_submitit_executors(
     rc, out, err = _cli("compare", str(runs["serial"]))
     assert rc == 0, err
     assert "my_start_pgd" in out
+
+    # the user's measure (it loads the run's victims, my_net_a among them: the plugin catalogue too)
+    # beside the harness's fooled_overlap, then the report shows both tables
+    user = tmp_path / "user"
+    (user / "my_measures.py").write_text(MEASURES)
+    plug = [a for f in ("my_code.py", "my_models.yaml", "my_measures.py") for a in ("--plugin", str(user / f))]
+    rc, out, err = _cli("measure", "--list", *plug)
+    assert rc == 0 and "fooled_overlap" in out and "agree_pred" in out and "(plugin " in out, err
+    rc, out, err = _cli("measure", str(runs["serial"]), "agree_pred,fooled_overlap", *plug)
+    assert rc == 0, err
+    agree = pd.read_parquet(runs["serial"] / "measures" / "agree_pred.parquet")
+    assert len(agree) == len(ref) and (agree["n"] == 40).all()
+    # the same weights on the same cached images give the run's predictions (a near-tie logit
+    # may round the other way in another batch order: at most one image in 40)
+    assert (agree["agree"] >= 39 / 40).all(), agree
+    rec = json.loads((runs["serial"] / "measures" / "agree_pred.json").read_text())
+    assert rec["plugin_sha256"] == hashlib.sha256((user / "my_measures.py").read_bytes()).hexdigest()
+    ov = pd.read_parquet(runs["serial"] / "measures" / "fooled_overlap.parquet")
+    assert len(ov) == ref["cell_id"].nunique()  # two victims: one pair per cell
+    assert (ov.n_both <= ov[["n_a", "n_b"]].min(axis=1)).all()
+    assert (ov.n_a + ov.n_b - ov.n_both <= ov.n_both_correct).all() and ov.jaccard.dropna().between(0, 1).all()
+    rc, _, err = _cli("report", str(runs["serial"]))
+    assert rc == 0, err
+    md = (runs["serial"] / "report" / "report.md").read_text()
+    assert "Registered measures" in md and "**agree_pred**" in md and "**fooled_overlap**" in md
+    # a measure that returns no table, or an unknown name: one line, exit 2, nothing written
+    rc, _, err = _cli("measure", str(runs["serial"]), "not_a_table", *plug)
+    assert rc == 2 and "returned list, not a pandas DataFrame" in err and len(err.strip().splitlines()) == 1
+    assert not list((runs["serial"] / "measures").glob("not_a_table*"))
+    rc, _, err = _cli("measure", str(runs["serial"]), "fooled_overlap,agree_prd", *plug)
+    assert rc == 2 and "unknown measure 'agree_prd'; did you mean 'agree_pred'" in err
 
 
 def test_an_edited_plugin_changes_the_cells_and_models_it_defines(tmp_path):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from . import claims, compare, distortion, dumb, golden, knowledge, lineage, report, whitebox_match
+from . import claims, compare, distortion, dumb, golden, knowledge, lineage, measure, report, whitebox_match
 
 # command name -> module, in the order `advtransfer --help` lists them
 _MODULES = {"compare": compare, "report": report, "distortion": distortion, "golden": golden, "dumb": dumb,
             "lineage": lineage, "knowledge": knowledge, "whitebox-match": whitebox_match,
-            "claims": claims}
+            "claims": claims, "measure": measure}
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {name: m.run for name, m in _MODULES.items()}
 
 

@@ -473,3 +473,4 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
 # Optional sections of other analyses register themselves on import (from .base).
 from . import distortion  # noqa: E402,F401
 from . import generative  # noqa: E402,F401
+from . import measures  # noqa: E402,F401
