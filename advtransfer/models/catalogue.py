@@ -283,7 +283,8 @@ def _weights_beside(entries: list, path: Path) -> None:
     for e in entries:
         pre = e.get("pretrained") if isinstance(e, dict) else None
         w = pre.get("weights") if isinstance(pre, dict) else None
-        if isinstance(w, str) and w and not Path(os.path.expandvars(w)).expanduser().is_absolute():
+        if (isinstance(w, str) and w and not w.startswith("hf-hub:")
+                and not Path(os.path.expandvars(w)).expanduser().is_absolute()):
             pre["weights"] = str(path.parent / w)
 
 

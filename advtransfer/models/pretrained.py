@@ -28,7 +28,9 @@ RobustBench models (``robustbench``). An entry has ``pretrained:`` instead of ``
 An open_clip or timm model takes pixels in [0,1] (N×3×H×W, any H×W such as 32×32) and applies its own
 preprocessing inside: resize (and, for timm, the crop of its data config) and normalisation.
 Weights come from the internet (Hugging Face hub) or from a local ``weights`` file; offline
-without one, loading fails with one line saying so. ``random_init: true`` builds the architecture
+without one, loading fails with one line saying so. ``weights`` may also be a Hub file,
+``hf-hub:<owner>/<repo>[@<revision>]/<file>`` (fetched with huggingface_hub, see
+:mod:`advtransfer.models.hub`), and ``sha256`` pins the bytes of either kind. ``random_init: true`` builds the architecture
 at random initialisation, for wiring tests only (the card then says ``kind: random_init``; such
 a model must never be used for reported numbers). ``model_config`` registers an open_clip
 architecture given inline (a tiny one for tests).
@@ -71,7 +73,7 @@ from ..errors import UserError
 LOADERS = ("open_clip", "timm", "cifar_hub", "robustbench")
 ROBUSTBENCH_INSTALL = "pip install git+https://github.com/RobustBench/robustbench.git"
 ROBUSTBENCH_THREATS = ("Linf", "L2", "corruptions")
-PRETRAINED_KEYS = {"tag", "weights", "random_init", "templates", "model_config"}
+PRETRAINED_KEYS = {"tag", "weights", "sha256", "random_init", "templates", "model_config"}
 
 # The 18 CIFAR prompt templates of the CLIP paper's zero-shot evaluation.
 CIFAR_TEMPLATES = tuple(
@@ -106,6 +108,16 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
                         f"entry takes weights: (a state-dict file) or random_init: true, not a tag")
     if not (pretrained.get("tag") or pretrained.get("weights") or pretrained.get("random_init")):
         raise UserError(f"{source}: model {name!r}: pretrained needs a tag, a weights file or random_init: true")
+    from .hub import is_hub_ref, parse_hub_ref
+
+    if is_hub_ref(pretrained.get("weights")):
+        try:
+            parse_hub_ref(pretrained["weights"])
+        except UserError as exc:
+            raise UserError(f"{source}: model {name!r}: {exc}") from None
+    sha = pretrained.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise UserError(f"{source}: model {name!r}: pretrained sha256 must be 64 lowercase hex digits, got {sha!r}")
     if kind == "cifar_hub":
         from . import cifar_hub
 
@@ -128,10 +140,23 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
 
 
 def _weights_file(spec) -> str | None:
+    """The entry's local weights file: a path, or ``hf-hub:...`` fetched from the Hugging Face Hub
+    (see :mod:`.hub`); checked against the entry's ``sha256`` when it gives one."""
+    from .hub import hub_file, is_hub_ref
+
     w = spec.pretrained.get("weights")
     if not w:
         return None
+    sha = spec.pretrained.get("sha256")
+    if is_hub_ref(w):
+        return str(hub_file(w, sha, f"model {spec.name!r}: weights"))
     path = Path(os.path.expandvars(str(w))).expanduser()
+    if sha and path.is_file():
+        from ..utils import sha256_file
+
+        if sha256_file(path) != sha:
+            raise UserError(f"model {spec.name!r}: weights file {str(path)!r} does not match the sha256 "
+                            f"{sha[:12]}... of its entry ({spec.source})")
     if not path.is_file():
         raise UserError(f"model {spec.name!r}: weights file {str(path)!r} does not exist ({spec.source})")
     return str(path)

@@ -348,8 +348,10 @@ def _pretrained_sha(spec: ModelSpec, size: str) -> str:
     from .catalogue import plugin_code
     from .pretrained import loader_of
 
-    weights = spec.pretrained.get("weights")
-    sha = sha256_file(Path(os.path.expandvars(weights)).expanduser()) if weights else spec.recipe_hash(size)
+    from .pretrained import _weights_file
+
+    weights = _weights_file(spec)  # a Hub reference: the fetched file
+    sha = sha256_file(Path(weights)) if weights else spec.recipe_hash(size)
     kind, name = loader_of(spec.arch)
     code = plugin_code(name) if kind == "arch" else {}
     return hashlib.sha256(f"{sha}|{code['architecture']}".encode()).hexdigest() if code else sha

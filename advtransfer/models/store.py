@@ -55,7 +55,8 @@ def shipped_hash(name: str, size: str) -> str | None:
 def locate(name: str, size: str, cache: str | os.PathLike | None = None) -> tuple[Path, Path]:
     """(weights file, card file) that hold model ``name`` at ``size``: the shipped copy while its
     card's recipe hash is the catalogue's (a shipped model is the canonical one: results cite its
-    checksum), else the cache (where training writes)."""
+    checksum; a shipped card may name its weights on the Hub, ``weights_hub``, fetched when the
+    file beside it is absent), else the cache (where training writes)."""
     shipped = shipped_paths(name, size)
     if shipped is not None:
         from .catalogue import get_spec
@@ -68,8 +69,24 @@ def locate(name: str, size: str, cache: str | os.PathLike | None = None) -> tupl
         # clone that has the shipped entry would find the entry trained but not its checkpoint
         if (spec is not None and spec.pretrained is None
                 and spec.defence is None and shipped_hash(name, size) == spec.recipe_hash(size)):
-            return shipped
+            return _hub_weights(*shipped)
     return zoo_paths(name, size, cache)
+
+
+def _hub_weights(weights: Path, card_file: Path) -> tuple[Path, Path]:
+    """A shipped card whose weights file is absent but which names ``weights_hub``: the file
+    fetched from the Hugging Face Hub (checked against the card's sha256; see :mod:`.hub`)."""
+    import json
+
+    if weights.is_file():
+        return weights, card_file
+    card = json.loads(card_file.read_text())
+    ref = card.get("weights_hub")
+    if not ref:
+        return weights, card_file
+    from .hub import hub_file
+
+    return hub_file(ref, card.get("sha256"), f"shipped model {card.get('name', weights.stem)!r}: weights"), card_file
 
 
 def weights_path(name: str, size: str, cache: str | os.PathLike | None = None) -> Path:
