@@ -200,9 +200,18 @@ def test_report_md_html_tex(tmp_path):
     # the verdict opens the report: over the two held-out victims cwa is better on one (resnet_a,
     # Holm 0.0044) and level on the other (densenet_b); median of +12.5 and -0.7 = +5.9
     assert md.index("## Verdict") < md.index("## Configuration") < md.index("## Comparisons")
-    assert ("cwa vs its baseline at equal gradient evaluations (surrogate ens3, ε 8/255): significantly better on 1, "
-            "worse on 0, no significant difference on 1 of 2 held-out victims; median difference +5.9 points.") in md
+    # one sentence per attack leads (here one attack, one matching, one surrogate row), the
+    # per-surrogate table follows
+    assert ("- cwa (better): better than its matched baselines on 1, worse on 0, level on 1 of 2 held-out "
+            "comparisons (1 surrogate row, 2 victims, ε 8/255); median +5.9 points.") in md
+    verdict = md[md.index("## Verdict"):md.index("## Configuration")]
+    assert verdict.count("\n- ") == 1 and verdict.index("(better)") < verdict.index("| attack | against |")
     assert "<h2>Verdict</h2>" in html
+    # the compact verdict figure: drawn with the comparisons, shown in the verdict section
+    assert (run / "figures" / "verdict_comparisons.png").stat().st_size > 5000
+    assert "../figures/verdict_comparisons.png" in verdict
+    # long configuration values wrap instead of scrolling the page sideways
+    assert '<table class="wrap">' in html
     # the report computed and wrote the comparisons it needed
     assert (run / "comparisons.parquet").is_file()
     # ASR with Wilson interval: cwa on resnet_a 80/160 -> 50.0 [42.3, 57.7]

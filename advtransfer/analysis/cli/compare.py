@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..measures.compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot,
-                                    format_table, write_comparisons)
+                                    format_table, verdict_plot, write_comparisons)
+    from ..runs import read_results
 
     check_out_dir(args.out)
     out = Path(args.out) if args.out else Path(args.run_dir)
@@ -63,5 +64,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ncomparisons: {paths[0]} and {paths[1]}")
     if not args.no_plot:
         figs = forest_plot(df, out, stem)
-        print(f"forest plots: {len(figs)} files in {out / 'figures'}/")
+        if stem == "comparisons" and not args.reference and not args.run_b:
+            figs += verdict_plot(df, read_results(args.run_dir), out, stem)
+        print(f"forest and verdict plots: {len(figs)} files in {out / 'figures'}/")
     return 0

@@ -327,6 +327,7 @@ def refresh_comparisons(run_dir: str | Path) -> str:
         return f"No comparisons: {exc}."
     write_comparisons(df, run)
     forest_plot(df, run)
+    verdict_plot(df, results, run)
     return "(Computed for this report with the default settings of `advtransfer compare`.)"
 
 
@@ -419,3 +420,74 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
         written += save_figure(fig, out, f"forest_{stem}_{norm}_eps{str(eps_str).replace('/', '-')}"
                                          f"{'_targeted' if targeted else ''}", formats, tight=True)
     return written
+
+
+def held_out(cmp: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """The comparisons on held-out victims: those outside the row's surrogate set (a white-box
+    pair, a surrogate evaluated as its own victim, is left out)."""
+    sur = "surrogate_base" if "surrogate_base" in results.columns else "surrogate"
+    white = set()
+    if "is_whitebox" in results.columns:
+        wb = results[results["is_whitebox"].astype(bool)]
+        white = set(zip(wb[sur].astype(str), wb["victim"].astype(str)))
+    keep = [(str(s), str(v)) not in white for s, v in zip(cmp["surrogate"], cmp["victim"])]
+    return cmp[keep]
+
+
+def attack_verdicts(held: pd.DataFrame) -> pd.DataFrame:
+    """One row per attack A (``a_label``) over its held-out comparisons (every surrogate, ε,
+    victim and matching): n, how many Holm-significant each way, the median difference in
+    points and, per matching, the median difference (``median_by_match``: match -> points)."""
+    rows = []
+    for a, g in held[held["a_label"] != held["b_label"]].groupby("a_label", sort=True):
+        d = 100 * g["diff"].astype(float)
+        by = {str(m): float(100 * gg["diff"].astype(float).median()) for m, gg in g.groupby("match", sort=True)}
+        better, worse = int((g["verdict"] == "a_better").sum()), int((g["verdict"] == "b_better").sum())
+        rows.append({"attack": str(a), "n": len(g), "better": better, "worse": worse, "level": len(g) - better - worse,
+                     "median_pts": float(d.median()), "median_by_match": by,
+                     "surrogates": g["surrogate"].nunique(), "victims": g["victim"].nunique(),
+                     "eps": ", ".join(dict.fromkeys(g.sort_values("eps")["eps_str"].astype(str))
+                                      if "eps" in g.columns else g["eps_str"].astype(str).unique())})
+    return pd.DataFrame(rows)
+
+
+def verdict_plot(cmp: pd.DataFrame, results: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons",
+                 formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """A compact summary of a run's verdicts into ``OUT/figures/verdict_<stem>.*``: one row per
+    attack and matching, each held-out comparison (victim × surrogate × ε) a dot at its difference
+    in percentage points, red where A is significantly better (Holm), blue where worse, grey where
+    level, and a bar at the row's median. Empty list when nothing is held out."""
+    from ...plots import pyplot, save_figure
+
+    held = held_out(cmp, results)
+    held = held[held["a_label"] != held["b_label"]]
+    if held.empty:
+        return []
+    plt = pyplot()
+    groups = list(held.groupby(["a_label", "match"], sort=True))
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.34 * len(groups)))
+    colours = {"a_better": "tab:red", "b_better": "tab:blue", "no_difference": "0.6"}
+    rng = np.random.default_rng(0)  # vertical jitter only, so dots at one difference stay visible
+    labels = []
+    for k, ((a, match), g) in enumerate(groups):
+        d = 100 * g["diff"].to_numpy(dtype=float)
+        ax.scatter(d, k + rng.uniform(-0.18, 0.18, len(d)), s=14, c=[colours.get(v, "0.6") for v in g["verdict"]],
+                   edgecolors="none", zorder=3)
+        ax.plot([np.median(d)] * 2, [k - 0.32, k + 0.32], color="0.1", lw=2, zorder=4)
+        labels.append(f"{a} · {match}-matched" if match in ("step", "evals") else f"{a} vs {g['b_label'].iloc[0]}")
+    ax.axvline(0, color="0.3", lw=1, ls="--", zorder=1)
+    ax.set_yticks(range(len(groups)), labels, fontsize=8)
+    ax.set_ylim(len(groups) - 0.5, -0.5)
+    ax.set_xlabel("ASR difference A − matched baseline, percentage points (one dot per held-out victim × "
+                  "surrogate × ε; bar: median)", fontsize=7.5)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", color="0.9", lw=0.6, zorder=0)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=t) for c, t in
+               (("tab:red", "A better (Holm 0.05)"), ("tab:blue", "A worse"), ("0.6", "no significant difference"))]
+    ax.legend(handles=handles, fontsize=7, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
+    fig.tight_layout()
+    out = Path(out_dir) / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, out, f"verdict_{stem}", formats, tight=True)

@@ -24,6 +24,7 @@ class Table:
     rows: list[list[str]]
     caption: str = ""
     tex: str | None = None
+    wrap: bool = False  # long values wrap in the HTML page instead of scrolling sideways
 
     @property
     def numeric(self) -> list[bool]:

@@ -83,7 +83,8 @@ def section_configuration(ctx: ReportContext) -> Section:
     for k in ("created_at", "updated_at"):
         if man.get(k):
             items.append((k.replace("_", " "), str(man[k])))
-    return Section("Configuration", [Table(["setting", "value"], [[k, v] for k, v in items], tex="configuration")],
+    return Section("Configuration", [Table(["setting", "value"], [[k, v] for k, v in items], tex="configuration",
+                                           wrap=True)],
                    "configuration")
 
 
@@ -223,39 +224,53 @@ def section_comparisons(ctx: ReportContext) -> Section:
 
 
 def section_verdict(ctx: ReportContext) -> Section | None:
-    """The run's answer first: each attack against its matched baseline over the held-out victims
-    (victims outside the row's surrogates), counted by Holm-adjusted verdict. None without comparisons."""
+    """The run's answer first, in one screen: one sentence per attack against its matched baselines
+    over the held-out victims (victims outside the row's surrogates), the compact verdict figure
+    when ``advtransfer compare`` drew it, then the table per surrogate and ε. None without comparisons."""
+    from ..measures.compare import attack_verdicts, held_out
+
     cmp = ctx.comparisons
     if cmp is None or cmp.empty:
         return None
-    res = ctx.results
-    sur = "surrogate_base" if "surrogate_base" in res.columns else "surrogate"
-    white = set()
-    if "is_whitebox" in res.columns:
-        wb = res[res["is_whitebox"].astype(bool)]
-        white = set(zip(wb[sur].astype(str), wb["victim"].astype(str)))
-    held = cmp[[(str(s), str(v)) not in white for s, v in zip(cmp["surrogate"], cmp["victim"])]]
+    held = held_out(cmp, ctx.results)
     if held.empty:
         return None
-    rows, lines = [], []
+    rows = []
     for (a, b, match, eps, s), g in held.groupby(["a_label", "b_label", "match", "eps_str", "surrogate"], sort=True):
         better, worse = int((g["verdict"] == "a_better").sum()), int((g["verdict"] == "b_better").sum())
         d = 100 * g["diff"]
         how = MATCH_TEXT.get(match, b) if a != b else b
         rows.append([str(a), str(how), str(s), str(eps), str(len(g)), str(better), str(worse),
                      str(len(g) - better - worse), f"{signed(d.median())} [{signed(d.min())}, {signed(d.max())}]"])
-        lines.append(f"{a} vs {how} (surrogate {s}, ε {eps}): significantly better on {better}, worse on {worse}, "
-                     f"no significant difference on {len(g) - better - worse} of {len(g)} held-out victims; "
-                     f"median difference {signed(d.median())} points.")
-    return Section("Verdict", [
-        "Each attack against its matched baseline on the same surrogates, images and held-out victims (victims "
-        "outside the surrogate set): on how many victims A is significantly better or worse (exact McNemar, Holm "
-        "over all comparisons of the run, 0.05), and the spread of the differences in points. The comparisons "
-        "section below has every pair with its interval.",
-        Raw("\n".join(f"- {ln}" for ln in lines),
-            "<ul>\n" + "\n".join(f"<li>{html_escape(ln)}</li>" for ln in lines) + "\n</ul>"),
-        Table(["attack", "against", "surrogate", "ε", "held-out victims", "A better", "B better", "no difference",
-               "diff pts, median [min, max]"], rows, "Verdict over held-out victims", tex="verdict")], "verdict")
+    lines = [_attack_sentence(r) for _, r in attack_verdicts(held).iterrows()]
+    blocks: list[Block] = [
+        "Each attack against its matched baselines on the same surrogates and images, over the held-out victims "
+        "(victims outside the surrogate set); a comparison is one victim × surrogate × ε × matching, judged by "
+        "exact McNemar with Holm's adjustment over the run's comparisons at 0.05."]
+    if lines:
+        blocks.append(Raw("\n".join(f"- {ln}" for ln in lines),
+                          "<ul>\n" + "\n".join(f"<li>{html_escape(ln)}</li>" for ln in lines) + "\n</ul>"))
+    for p in sorted((ctx.run_dir / "figures").glob("verdict_comparisons.png")):
+        blocks.append(Figure(ctx.rel(p), "every held-out comparison of each attack: difference from its matched "
+                                         "baseline in points (red: significantly better, blue: worse, grey: level)"))
+    blocks.append(Table(["attack", "against", "surrogate", "ε", "held-out victims", "A better", "B better",
+                         "no difference", "diff pts, median [min, max]"], rows,
+                        "Per surrogate and ε (every pair with its interval: Comparisons below)", tex="verdict"))
+    return Section("Verdict", blocks, "verdict")
+
+
+def _attack_sentence(r: pd.Series) -> str:
+    """``cwa: better than its matched baselines on 14, worse on 3, level on 23 of 40 held-out
+    comparisons (2 surrogates, 6 victims, ε 4/255, 8/255); median +2.1 points (step-matched +3.0,
+    evals-matched +1.2).``"""
+    lean = {(True, False): "better", (False, True): "worse", (True, True): "mixed", (False, False): "level"}[
+        (r["better"] > 0, r["worse"] > 0)]
+    by = r["median_by_match"]
+    per = ", ".join(f"{m}-matched {signed(v)}" for m, v in by.items()) if len(by) > 1 else ""
+    return (f"{r['attack']} ({lean}): better than its matched baselines on {r['better']}, worse on {r['worse']}, "
+            f"level on {r['level']} of {r['n']} held-out comparisons ({r['surrogates']} surrogate row"
+            f"{'s' if r['surrogates'] != 1 else ''}, {r['victims']} victim{'s' if r['victims'] != 1 else ''}, "
+            f"ε {r['eps']}); median {signed(r['median_pts'])} points" + (f" ({per})." if per else "."))
 
 
 def section_compute(ctx: ReportContext) -> Section:
@@ -352,7 +367,9 @@ table { border-collapse: collapse; margin: .3em 0 1.4em; font-size: 13px;
 p.caption { font-weight: 600; font-size: 13px; margin: 1.2em 0 .2em; }
 th, td { padding: .28em .7em; border-bottom: 1px solid #e3e3e3; text-align: left; white-space: nowrap; }
 th.num, td.num { text-align: right; }
-table.wrap { display: table; width: 100%; } table.wrap td, table.wrap th { white-space: normal; vertical-align: top; }
+table.wrap { display: table; width: 100%; table-layout: fixed; }
+table.wrap td, table.wrap th { white-space: normal; vertical-align: top; overflow-wrap: anywhere; }
+table.wrap td:first-child, table.wrap th:first-child { width: 11em; }
 thead th { border-bottom: 2px solid #555; background: #f6f6f6; }
 tbody tr:hover { background: #fafaf0; }
 figure { margin: 1em 0 1.8em; } figure img { max-width: min(100%, 900px); border: 1px solid #ddd; }
@@ -367,7 +384,7 @@ li { margin: .35em 0; }
 <section id="{{ s.anchor }}">
 <h2>{{ s.title }}</h2>
 {% for b in s.blocks %}{% if b is string %}<p>{{ b | inline }}</p>
-{% elif b.__class__.__name__ == 'Table' %}{% if b.caption %}<p class="caption">{{ b.caption }}</p>{% endif %}<table>{% set num = b.numeric %}
+{% elif b.__class__.__name__ == 'Table' %}{% if b.caption %}<p class="caption">{{ b.caption }}</p>{% endif %}<table{% if b.wrap %} class="wrap"{% endif %}>{% set num = b.numeric %}
 <thead><tr>{% for c in b.columns %}<th{% if num[loop.index0] %} class="num"{% endif %}>{{ c }}</th>{% endfor %}</tr></thead>
 <tbody>{% for row in b.rows %}<tr>{% for c in row %}<td{% if num[loop.index0] %} class="num"{% endif %}>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table>
