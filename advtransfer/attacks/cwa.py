@@ -13,15 +13,10 @@ Defaults: T = 10, μ = μ_in = 1, r = ε/15 (``r_over_eps``), α = ε/5 (the pap
 β (``beta``): the paper uses 50 (its code 250) at 224×224; the inner step adds β·m with m a sum
 of unit-L2 gradients, whose per-pixel size is about 1/√(H·W·3), so the same per-pixel move at
 32×32 needs β ≈ 50·√3072/√150528 ≈ 7, and β = 50 simply fills the ε-ball. The 32×32 default
-β = 2 (``DEFAULT_BETA_32``) comes from a sweep on the cpu zoo (ensemble resnet20_a + vgg_a +
-mobilenet_a, 8/255, 10 steps, test images 0..199; ASR on vit_a / resnet20_b):
-β = 0.25: 24.0 / 87.4 · 0.5: 25.3 / 90.1 · 1: 25.3 / 91.0 · 2: 25.3 / 91.0 · 5: 24.0 / 89.2 ·
-50: 24.0 / 88.3 (logit-ensemble MI-FGSM: 22.7 / 85.6); flat between 0.5 and 2, so the gain
-over β = 50 is small. Pass ``beta: 50`` for the paper's setting. On the converged zoo the order
-turns (``grids/cwa-beta.yaml``: three replicate ensembles, test images 0..999, 8/255, 7 held-out
-victims, measured 2026-12-05): β = 50 fools 1.0 point [+0.6, +1.4] more than β = 2, every
-replicate the same way, and β = 7 lies between; against MI-FGSM on the logit ensemble at equal
-steps every β still loses (β = 2: −1.8, 7: −1.3, 50: −0.8 points).
+β = 2 (``DEFAULT_BETA_32``) comes from a sweep on the cpu zoo, flat between 0.5 and 2; pass
+``beta: 50`` for the paper's setting. On the converged zoo ``grids/cwa-beta.yaml`` measures β = 2,
+7 and 50 against each other and against MI-FGSM on the logit ensemble (the sweep's and that
+grid's numbers: results/notes/settings-measurements.md).
 
 The official code normalises G by the L1 norm of the *whole batch* (coupling images); here
 each image is normalised on its own. The ablations live in :mod:`.cwa_sam` and :mod:`.cwa_cse`.

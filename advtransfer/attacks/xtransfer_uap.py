@@ -23,8 +23,8 @@ from .universal import UniversalAttack
 @register_attack("xtransfer_uap", kind="universal", version=1)
 class XTransferUAP(UniversalAttack):
     """UCB bandit over the surrogate pool: ``k`` members per update (default 2), exploration ``ucb_c``
-    (default 0.1: rewards, loss increases per update, measured 0.07-0.13 nats on the cpu-size CIFAR
-    zoo; a larger c makes the choice close to round-robin)."""
+    (default 0.1, on the scale of the rewards, the loss increase per update; a much larger c makes
+    the choice close to round-robin; results/notes/settings-measurements.md has the rewards measured)."""
 
     parameters = {**UniversalAttack.parameters, "k": Param(2, "int", lo=1, doc="surrogates drawn a step"),
                                  "ucb_c": Param(0.1, "number", lo=0, doc="UCB exploration constant")}

@@ -34,8 +34,8 @@ out is cut short (fewer gradient draws, fewer bisection steps), never over-spent
 Speed: the queries of every image of the batch (gradient draws, bisection steps, step candidates)
 go to the victim together, in forward passes of ``chunk`` images. On a CPU small chunks are
 faster per image than large ones (the activations of a few hundred 32×32 images stay in cache;
-resnet20 on one core: about 2.4 ms per image at 128-256 images, 4.8 ms at 2,000), so the default
-is 128 on a CPU and 4,096 on an accelerator. The chunk changes no query and no count.
+the timing is in results/notes/settings-measurements.md), so the default is 128 on a CPU and
+4,096 on an accelerator. The chunk changes no query and no count.
 
 Simplifications: untargeted only; no early stop at a target distortion; the random draws are
 seeded per (seed, dataset index), so an image's result does not depend on its batch.

@@ -41,8 +41,8 @@ tolerate, and any flipped image is a code change in crafting or evaluation. The 
 "same kind", not the CPU's name or ISA: pinning AVX2 kernels made one AMD EPYC reproduce an AVX2
 baseline bit for bit, yet an Intel Xeon (Sapphire Rapids) with the same pin, and one CI machine,
 trained other ci weights than the baseline's machine. Statistics cannot do this job: a
-+10% I-FGSM step size flips about one image in a third of the ci rows, in both directions
-(measured: 7 up, 4 down over 36 rows), which no paired test tells from noise, yet it is a change.
++10% I-FGSM step size flips a few images in some of the ci rows, in both directions, which no
+paired test tells from noise, yet it is a change (results/notes/settings-measurements.md).
 
 **Same weights, other kernels, or different weights (statistical).** When the probe differs
 (another machine kind rounds differently in BLAS/oneDNN), crafting on the baseline's weights
