@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targets
-from .metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
+from .core.metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
                       success_mask)
 
 __all__ = ["craft", "asr_by_target", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
@@ -60,7 +60,7 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     label_map = getattr(victim, "label_map", None)
     if label_map is not None:  # a downstream victim with its own label set (advtransfer.variants)
         if crafted.target is not None:
-            from .errors import UserError
+            from .core.errors import UserError
 
             raise UserError("a targeted attack's target is a class of the dataset; a downstream victim "
                             "with its own label set cannot be scored on it: leave it out of targeted grids")

@@ -16,16 +16,16 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from . import __version__
-from . import faults, schema
+from .core import faults, schema
 from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet
 from .cell import evaluate_cell
 from .data import eval_subset, load_dataset
-from .errors import UserError
+from .core.errors import UserError
 from .grid import Cell, GridSpec, describe, expand_cells, resolve_attack
-from .metrics import labels
+from .core.metrics import labels
 from .models import zoo
 from .store import RunStore
-from .utils import eps_to_str, git_sha
+from .core.utils import eps_to_str, git_sha
 
 
 
@@ -74,7 +74,7 @@ class ModelCache:
                  ) -> tuple[nn.Module, str]:
         """(the module an attack crafts on for ``name``, the compile choice for the row). With
         ``compile_mode`` auto, a single model (not a collection, no options) is timed eager
-        against compiled on the ``probe`` batch once per run (:func:`advtransfer.accel.choose_compiled`);
+        against compiled on the ``probe`` batch once per run (:func:`advtransfer.core.accel.choose_compiled`);
         attacks that hook into layers (``hooks``) always get the eager model."""
         module = self.surrogate(name, options)
         if self.compile_mode == "off":
@@ -84,7 +84,7 @@ class ModelCache:
         if hooks:
             return module, "eager (hooks)"
         if name not in self._compiled:
-            from .accel import choose_compiled
+            from .core.accel import choose_compiled
 
             x, y = probe
             chosen, info = choose_compiled(module, x.to(self.device), y.to(self.device))

@@ -11,8 +11,8 @@ import sys
 from typing import Sequence
 
 from .analysis.cli import COMMANDS as ANALYSIS_COMMANDS, add_parsers as add_analysis_parsers
-from .config import ENVIRONMENT
-from .errors import UserError
+from .core.config import ENVIRONMENT
+from .core.errors import UserError
 from .executors import CellsFailed
 
 EPILOG = """\
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _setup_env(args: argparse.Namespace) -> str:
     """The device to run on (checked: it exists and is available); checks --data-dir."""
-    from .config import default_device
+    from .core.config import default_device
     from .validate import check_device
 
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
@@ -218,7 +218,7 @@ def _print_summary(run_dir) -> None:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from .config import zoo_size
+    from .core.config import zoo_size
     from .models import zoo
 
     if args.zoo_cmd == "train":
@@ -353,10 +353,10 @@ def cmd_pas(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .attacks.pas import search_path
-    from .config import zoo_size
+    from .core.config import zoo_size
     from .data import load_dataset
     from .models import zoo
-    from .utils import parse_fraction
+    from .core.utils import parse_fraction
 
     # every argument is checked before a model trains or a file is written
     device = _setup_env(args)
@@ -412,7 +412,7 @@ def cmd_pas(args: argparse.Namespace) -> int:
     print(f"best ({best['label']}, one-step ASR {best['score']:.3f}); as grid parameters:")
     print(f"  pas: {{gammas: {best['gammas']}, deltas: {best['deltas']}}}")
     if args.out:
-        from .utils import atomic_write_text  # complete or absent, never half-written
+        from .core.utils import atomic_write_text  # complete or absent, never half-written
 
         atomic_write_text(Path(args.out), json.dumps({"model": args.model, "validators": validators,
                                                       "images": [start, start + args.n], "eps": eps,
@@ -424,7 +424,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from .attacks.features import list_layers, resolve_layer
     from .models import zoo
 
-    from .config import zoo_size
+    from .core.config import zoo_size
 
     size = zoo_size(args.size)
     src = zoo.declared(zoo.get_spec(args.model))

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import cache_dir, data_dir_setting, imagenet_image_size, imagenet_root
-from .errors import UserError
+from .core.config import cache_dir, data_dir_setting, imagenet_image_size, imagenet_root
+from .core.errors import UserError
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -252,7 +252,7 @@ def load_dataset(name: str, split: str = "test", data_dir: str | os.PathLike | N
 
     base, shift = parse_dataset_name(name)
     if base not in DATASETS:
-        from .registry import suggest
+        from .core.registry import suggest
 
         raise UserError(suggest(name, list(DATASETS) + [f"cifar10-{s}" for s in SHIFTS], "dataset"))
     if shift == "none":

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import EXECUTORS  # noqa: F401  (re-exported: the executor names)
-from .errors import UserError
+from .core.config import EXECUTORS  # noqa: F401  (re-exported: the executor names)
+from .core.errors import UserError
 
 if TYPE_CHECKING:
     from .cellrunner import CellRunner
@@ -101,7 +101,7 @@ def plan_workers(device: str, workers: int | None, n_cells: int) -> list[tuple[s
 def _worker_env(threads: int):
     """Environment inherited by worker processes started inside the block: their OpenMP thread
     count and passive waiting (a user's own OMP_WAIT_POLICY is kept)."""
-    from .utils import temp_env
+    from .core.utils import temp_env
 
     return temp_env(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                     OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
@@ -117,7 +117,7 @@ def _run_guarded(runner: "CellRunner", cell_id: str, worker: str) -> Outcome:
     traceback goes to the run log)."""
     t0 = time.perf_counter()
     try:
-        from . import faults
+        from .core import faults
 
         faults.fail("cell", cell_id)
         n = runner.run(runner.cell(cell_id))

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import UserError
+from .core.errors import UserError
 
 ENTRY_POINT_GROUP = "advtransfer.plugins"
 #: the registry tag holding the sha256 of the plugin source that registered an entry (see
-#: :meth:`advtransfer.registry.Registry.code`): cell ids and recipe hashes read it
+#: :meth:`advtransfer.core.registry.Registry.code`): cell ids and recipe hashes read it
 CODE_TAG = "plugin_sha256"
 CATALOGUE_SUFFIXES = (".yaml", ".yml")
 

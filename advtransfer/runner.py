@@ -10,14 +10,14 @@ from typing import Callable
 
 import pandas as pd
 
-from . import faults
+from .core import faults
 from .cellrunner import CellRunner, RunLog
-from .errors import UserError
+from .core.errors import UserError
 from .grid import GridSpec, expand_cells, resolve_attack
 from .models import zoo
-from .resources import results_dir
+from .core.resources import results_dir
 from .store import RunStore
-from .utils import eps_to_str, git_sha, checksum_matches, versions
+from .core.utils import eps_to_str, git_sha, checksum_matches, versions
 
 
 def default_run_dir(spec: GridSpec) -> Path:
@@ -33,7 +33,7 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | 
     First the preflight (:func:`advtransfer.validate.preflight`: every value of the spec, the
     device, the run folder, the data, every cell's attack, the checkpoints), so bad input is one
     UserError before anything is trained or written. The run folder is locked for the run
-    (:class:`advtransfer.lock.RunLock`: a second run on it stops at once naming the holder) and
+    (:class:`advtransfer.core.lock.RunLock`: a second run on it stops at once naming the holder) and
     what the run prints goes to ``RUN/run.log`` too. A run that fails on bad input before writing
     a result removes the folder it created.
 
@@ -65,7 +65,7 @@ def _remove_if_only_bookkeeping(run_dir: Path) -> None:
 
 def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
                    log: Callable[[str], None], how: dict) -> None:
-    from .lock import RunLock
+    from .core.lock import RunLock
 
     new_folder = not run_dir.exists()
     with RunLock(run_dir):  # raises at once (nothing touched) when another process holds the folder

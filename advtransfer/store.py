@@ -6,7 +6,7 @@ RUN_DIR/
   samples/<cell_id>.parquet      per-image results (victim, index, success, l2)
   results.parquet, results.csv   all shards merged
   manifest.json                  resolved grid, versions, git sha, zoo cards
-  run.lock, lock.json            held by the run writing the folder (see advtransfer.lock)
+  run.lock, lock.json            held by the run writing the folder (see advtransfer.core.lock)
   run.log                        what each run printed, with timestamps
 Every write goes to a temporary file and is renamed into place, so a killed run leaves either
 the old file or the new one, never half of one; rows are keyed by (cell_id, victim) and never doubled.
@@ -27,9 +27,9 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from . import faults
-from .errors import UserError
-from .utils import atomic_path, atomic_write_text, remove_checked, checksum_matches
+from .core import faults
+from .core.errors import UserError
+from .core.utils import atomic_path, atomic_write_text, remove_checked, checksum_matches
 
 
 def _stderr(msg: str) -> None:

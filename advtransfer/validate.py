@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import UserError
+from .core.errors import UserError
 
 if TYPE_CHECKING:
     from .attacks.params import CellView
@@ -119,7 +119,7 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
               cache: str | os.PathLike | None = None, profile: str | None = None) -> None:
     """Every check a grid run makes before it trains a model or writes a file (see the module
     docstring). ``run_dir``: the run folder; ``profile``: the submitit executor's YAML file."""
-    from .accel import check_precision
+    from .core.accel import check_precision
     from .data import load_dataset
     from .executors import check_executor_setup
     from .grid import expand_cells, resolve_attack

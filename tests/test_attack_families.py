@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from advtransfer.attacks import SurrogateSet, create_attack
 from advtransfer.attacks.features import FeatureTap, candidate_layers, resolve_layer
 from advtransfer.attacks.surgery import LinearBackward, SkipGradient, applied
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.archs import _BasicBlock
 
 

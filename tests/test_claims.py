@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from advtransfer.analysis.measures.claims import claims_table, format_claims, load_claims
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from test_compare import DESIGN, make_run
 
 GRID = """name: synthetic

@@ -137,7 +137,7 @@ def test_kernel_probe_is_repeatable_and_sees_other_weights(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     root = baseline_models(BASELINE)
     assert root is not None

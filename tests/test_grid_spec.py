@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.grid import AttackEntry, GridSpec, SurrogateEntry, expand_cells, load_grid
 
 PKG = Path(__file__).resolve().parent.parent / "advtransfer"
@@ -191,7 +191,7 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
 def test_the_cli_checks_no_grid_value_itself():
     """size, compile, precision and executor are judged by GridSpec.validate only: the CLI, the
     executors and accel hold no second copy of those checks."""
-    for name in ("cli.py", "executors.py", "accel.py", "validate.py", "runner.py"):
+    for name in ("cli.py", "executors.py", "core/accel.py", "validate.py", "runner.py"):
         tree = ast.parse((PKG / name).read_text())
         compared = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)
                     and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops)

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from advtransfer.attacks import SurrogateSet, create_attack
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.collections import PosteriorSmoothing, check_options, fit_posterior_scales
 
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.params import Param
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 CI = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())

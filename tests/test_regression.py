@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from advtransfer.attacks import SurrogateSet, create_attack
-from advtransfer.metrics import labels as predict
+from advtransfer.core.metrics import labels as predict
 
 
 def _asr(model, x, x_adv, y) -> float:

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import advtransfer
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.models.collections import MemberCollection
 

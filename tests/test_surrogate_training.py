@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.base import SurrogateSet
 from advtransfer.models.collections import MemberCollection, build_collection
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
 from advtransfer.training.csgld import csgld_lr, cycle_position, sample_steps

@@ -8,7 +8,7 @@ import yaml
 
 from advtransfer.attacks import SurrogateSet, create_attack
 from advtransfer.data import eval_subset, load_cifar10
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from advtransfer.data import load_cifar10, load_dataset
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.variants import BALANCE_LEVELS, OUT_OF_TASK, DataVariant, apply_variant, shift_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

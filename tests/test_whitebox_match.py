@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from advtransfer.analysis.measures.whitebox_match import _interp, check_same_weights
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 
 def test_interpolation_on_the_ladder():

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 # columns a run from before matched baselines and replicates lacks (read_results fills them in)
 BASELINE_COLUMNS = ("baseline_for", "match", "replicate", "surrogate_base")

@@ -10,12 +10,12 @@ from typing import Any, Iterable
 
 import yaml
 
-from ..config import SIZES, zoo_catalogue_dirs
-from ..errors import UserError
-from ..registry import suggest
-from ..resources import catalogue_dirs
-from ..rng import seeded
-from ..utils import short_hash
+from ..core.config import SIZES, zoo_catalogue_dirs
+from ..core.errors import UserError
+from ..core.registry import suggest
+from ..core.resources import catalogue_dirs
+from ..core.rng import seeded
+from ..core.utils import short_hash
 from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 
 
@@ -107,7 +107,7 @@ class ModelSpec:
 
             return {"base": self.base, "base_hash": get_spec(self.base).recipe_hash(size),
                     "defence": defence_identity(resolve(self.defence, self.source))}
-        from ..config import train_threads
+        from ..core.config import train_threads
 
         recipe = self.resolved_recipe(size)
         arch, arch_kwargs = self.arch_at(size)
@@ -229,7 +229,7 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
 
 def zoo_dirs() -> list[Path]:
     """Folders holding model YAML files: $ADVTRANSFER_ZOO (os.pathsep-separated), else the
-    shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.resources.catalogue_dirs`)."""
+    shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.core.resources.catalogue_dirs`)."""
     return zoo_catalogue_dirs() or catalogue_dirs()
 
 

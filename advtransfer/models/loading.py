@@ -4,7 +4,7 @@ card's clean accuracy is measured on (:func:`eval_split`, :func:`whole_test_accu
 an entry is, and how it is trained, loaded or carded, is :mod:`.sources`.
 
 Nothing here changes torch's global random state: networks are initialised under
-:func:`advtransfer.rng.seeded`.
+:func:`advtransfer.core.rng.seeded`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import os
 import torch
 import torch.nn as nn
 
-from ..config import default_size
-from ..errors import UserError
+from ..core.config import default_size
+from ..core.errors import UserError
 from .archs import ImageClassifier
 from .cards import read_card
 from .catalogue import ModelSpec, get_spec
@@ -58,7 +58,7 @@ def whole_test_accuracy(model: nn.Module, dataset: str = "cifar10", data_dir=Non
     would give it, ``all + (share rebuilt) · (lossless − lossless_jpeg)``, the number to hold
     against the literature's."""
     from ..data import load_dataset
-    from ..metrics import labels
+    from ..core.metrics import labels
 
     test = load_dataset(dataset, "test", data_dir)
     x, y, _ = test.tensors()

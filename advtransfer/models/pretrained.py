@@ -66,7 +66,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 LOADERS = ("open_clip", "timm", "cifar_hub", "robustbench")
 ROBUSTBENCH_INSTALL = "pip install git+https://github.com/RobustBench/robustbench.git"
@@ -354,7 +354,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _check_prefix(path: str | os.PathLike, entry, what: str) -> None:
     """The sha256 of ``path`` must start with ``entry``'s pinned prefix (one-line UserError)."""
-    from ..utils import sha256_file
+    from ..core.utils import sha256_file
 
     digest = sha256_file(path)
     if not digest.startswith(entry.sha256_prefix):
@@ -413,7 +413,7 @@ def build_cifar_hub(spec, device: str = "cpu") -> nn.Module:
 
 
 def _robustbench_dir() -> Path:
-    from ..config import cache_dir
+    from ..core.config import cache_dir
 
     return cache_dir() / "robustbench"
 
@@ -489,7 +489,7 @@ def build_pretrained(spec, device: str = "cpu") -> nn.Module:
     """The eval-mode module of a pretrained entry (weights frozen); see the module docstring.
     Torch's global random state is left unchanged (building initialises weights at random before
     loading any); a ``random_init`` entry is initialised from seed 0, for reproducible wiring tests."""
-    from ..rng import seeded
+    from ..core.rng import seeded
 
     kind, _ = loader_of(spec.arch)
     with seeded(0 if spec.pretrained.get("random_init") else None, device):

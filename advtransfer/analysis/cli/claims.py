@@ -8,7 +8,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..pooling import N_BOOT
 from ..runs import check_out_dir
 
@@ -57,7 +57,7 @@ def replace_generated(text: str, table: str, where: str) -> str:
 
 def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
     """claims.html and report.md in ``out/report/`` from the claims table (the report renderers)."""
-    from ...utils import atomic_write_text
+    from ...core.utils import atomic_write_text
     from ..measures.claims import format_claims
     from ..report.base import Raw, Section
     from ..report.core import render_html, render_markdown
@@ -101,7 +101,7 @@ def _md_to_html(md: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...utils import atomic_path, atomic_write_text
+    from ...core.utils import atomic_path, atomic_write_text
     from ..measures.claims import claims_table, format_claims, grid_name, load_claims
     from ..runs import write_tables
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..runs import check_out_dir
 
 

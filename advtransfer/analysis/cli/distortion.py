@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...config import default_device
+    from ...core.config import default_device
 
     run = Path(args.run_dir)
     if not run.is_dir():
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_data_dir(args.data_dir)
     device = args.device or default_device()
     victims = [v.strip() for v in args.victims.split(",")] if args.victims else None
-    from ...lock import RunLock
+    from ...core.lock import RunLock
     from ...validate import check_device
 
     device = check_device(device, "--device" if args.device else "ADVTRANSFER_DEVICE")

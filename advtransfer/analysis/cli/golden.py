@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 
 
 def default_baseline(run_dir: str | Path) -> Path:
     """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
     grid name from the run's manifest."""
-    from ...resources import results_dir
+    from ...core.resources import results_dir
     from ...store import RunStore
 
     name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"

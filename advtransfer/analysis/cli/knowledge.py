@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..runs import check_out_dir, write_tables
 
 
@@ -28,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...config import zoo_size
-    from ...utils import parse_fraction
+    from ...core.config import zoo_size
+    from ...core.utils import parse_fraction
     from ..measures.knowledge import correlations, knowledge_table, scatter
 
     # every argument is checked before a model is loaded or an image crafted

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
+from ...core.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,11 +48,11 @@ def run(args: argparse.Namespace) -> int:
     run_context(run)  # a run folder (results and manifest) before anything is written
     device = "cpu"
     if any(MEASURES.get(n).loads_models for n in names):
-        from ...config import default_device
+        from ...core.config import default_device
         from ...validate import check_device
 
         device = check_device(args.device or default_device(), "--device" if args.device else "ADVTRANSFER_DEVICE")
-    from ...lock import RunLock
+    from ...core.lock import RunLock
 
     with RunLock(run):
         for name in names:

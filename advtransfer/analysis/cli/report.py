@@ -12,7 +12,7 @@ def report_run(run_dir: str | Path, out: str | Path | None = None) -> dict:
     """What ``advtransfer report`` (and ``advtransfer grid`` after a run) does: write the run's
     comparisons when absent or older than its results (:func:`refresh_comparisons`), then the
     report from the run folder (:func:`build_report`). Returns build_report's paths."""
-    from ...errors import UserError
+    from ...core.errors import UserError
     from ..measures.compare import refresh_comparisons
     from ..report import build_report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..runs import check_out_dir, write_tables
 from .printing import print_rates
 

@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..runs import BASELINE_COLUMNS, read_results
 from ..stats import compare_paired, holm, verdict
 
@@ -290,7 +290,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe",
 
 def write_comparisons(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons") -> list[Path]:
     """Write ``OUT/<stem>.parquet`` and ``.csv`` atomically; returns the paths."""
-    from ...utils import atomic_path
+    from ...core.utils import atomic_path
 
     out_dir = Path(out_dir)
     paths = [out_dir / f"{stem}.parquet", out_dir / f"{stem}.csv"]

@@ -81,9 +81,9 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ...store import RunStore
-from ...utils import atomic_path
+from ...core.utils import atomic_path
 from ..runs import read_samples, run_context
 
 DEFAULT_CAP = 4.0
@@ -117,7 +117,7 @@ def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
 
 @torch.no_grad()
 def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bool) -> torch.Tensor:
-    from ...metrics import ABSTAIN, decide
+    from ...core.metrics import ABSTAIN, decide
 
     pred = decide(victim, victim(x))
     return pred == goal if targeted else (pred != goal) & (pred != ABSTAIN)

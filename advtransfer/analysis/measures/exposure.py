@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...utils import atomic_path
+from ...core.utils import atomic_path
 from ..runs import joined_samples, run_context
 from .distortion import success_curve
 

@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ...errors import UserError
-from ...metrics import predict_batched
+from ...core.errors import UserError
+from ...core.metrics import predict_batched
 
 
 def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: float, steps: int,

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..pooling import Images, boot_weights, pooled, pooled_diff
 from ..runs import read_results
 

@@ -36,8 +36,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ...errors import UserError
-from ...registry import Registry
+from ...core.errors import UserError
+from ...core.registry import Registry
 
 #: folder under a run folder where registered measures write their tables
 MEASURES_DIR = "measures"

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...utils import write_table
+from ...core.utils import write_table
 from ..runs import joined_samples
 
 EPS_S = 0.1

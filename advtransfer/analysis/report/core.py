@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...errors import UserError
-from ...metrics import wilson_interval
+from ...core.errors import UserError
+from ...core.metrics import wilson_interval
 from ..runs import read_table
 from .base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
                           html_escape, pct, signed, tex_name, format_p, register_section)
@@ -431,7 +431,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     older than results.parquet, the report says to run ``advtransfer compare``.
     Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
     from ...store import RunStore
-    from ...utils import atomic_write_text
+    from ...core.utils import atomic_write_text
 
     run = Path(run_dir)
     if not run.is_dir():

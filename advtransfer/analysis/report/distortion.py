@@ -25,7 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ...plots import slug
 from ..measures.similarity import sat_matrix
 from ..runs import joined_samples, read_table

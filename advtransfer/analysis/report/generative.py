@@ -16,9 +16,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
-from ...metrics import wilson_interval
-from ...schema import CRAFT_FIT_IMAGES
+from ...core.errors import UserError
+from ...core.metrics import wilson_interval
+from ...core.schema import CRAFT_FIT_IMAGES
 from .. import pooling
 from .base import MINUS, Block, ReportContext, Section, Table, pct, register_section, tex_name
 

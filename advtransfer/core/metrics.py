@@ -15,7 +15,7 @@ def predict_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
     Logits (2-D outputs) are returned as they are; use :func:`labels` for top-1 classes.
 
     The passes run under inference mode (no autograd records); a batch that runs out of
-    accelerator memory is retried with half the size (:class:`advtransfer.accel.BatchPlan`)."""
+    accelerator memory is retried with half the size (:class:`advtransfer.core.accel.BatchPlan`)."""
     from .accel import BatchPlan
 
     def chunk(s: int, e: int) -> torch.Tensor:

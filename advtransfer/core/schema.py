@@ -2,7 +2,7 @@
 
 The runner writes the results table and the per-image table through :func:`conform`; the tests
 import the column lists; the README's tables are generated from here
-(``python -m advtransfer.schema`` prints them; a test checks the README is current).
+(``python -m advtransfer.core.schema`` prints them; a test checks the README is current).
 
 Units: pixels in [0,1]; ε and distortions in that space (8/255 ≈ 0.0314); rates are fractions in
 [0,1] (plots show percent).
@@ -200,6 +200,6 @@ def readme_block(table: str) -> str:
     return f"<!-- schema:{table} -->\n{markdown_table(TABLES[table])}\n<!-- /schema:{table} -->"
 
 
-if __name__ == "__main__":  # python -m advtransfer.schema: the README blocks
+if __name__ == "__main__":  # python -m advtransfer.core.schema: the README blocks
     for t in TABLES:
         print(readme_block(t), end="\n\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # advtransfer/ (this file is advtransfer/core/resources.py)
 DATA_FOLDERS = ("grids", "surrogates", "victims")
 
 

@@ -24,9 +24,9 @@ ENVIRONMENT = {
     "ADVTRANSFER_ZOO": "model catalogue folders, os.pathsep-separated (default surrogates/ and victims/)",
     "ADVTRANSFER_IMAGENET": "ImageNet folder with val/ (and train/ for universal attacks)",
     "ADVTRANSFER_IMAGE_SIZE": "side in pixels ImageNet images are squared to (default 256)",
-    "ADVTRANSFER_KILL_AT": "tests: SIGKILL the process at a named point (point[:k], advtransfer.faults)",
+    "ADVTRANSFER_KILL_AT": "tests: SIGKILL the process at a named point (point[:k], advtransfer.core.faults)",
     "ADVTRANSFER_KILL_ONCE": "tests: marker file, so only the first process is killed",
-    "ADVTRANSFER_FAIL_AT": "tests: raise at a named point (point[:key], advtransfer.faults)",
+    "ADVTRANSFER_FAIL_AT": "tests: raise at a named point (point[:key], advtransfer.core.faults)",
     "ADVTRANSFER_FAIL_ONCE": "tests: marker file, so only the first process fails",
 }
 
@@ -35,7 +35,7 @@ def env(name: str) -> str | None:
     """The value of the environment variable ``name`` (None when unset); only names listed in
     :data:`ENVIRONMENT` may be read."""
     if name not in ENVIRONMENT:
-        raise KeyError(f"{name} is not listed in advtransfer.config.ENVIRONMENT")
+        raise KeyError(f"{name} is not listed in advtransfer.core.config.ENVIRONMENT")
     return os.environ.get(name)
 
 
@@ -84,7 +84,7 @@ def cache_dir(override: str | os.PathLike | None = None) -> Path:
 def shipped_zoo_dir() -> Path | None:
     """Folder of the weights shipped with the project (``<size>/<name>.safetensors`` and cards):
     $ADVTRANSFER_SHIPPED_ZOO (``none`` turns it off), else ``zoo/`` of the checkout or the
-    installed package (see :mod:`advtransfer.resources`)."""
+    installed package (see :mod:`advtransfer.core.resources`)."""
     value = env("ADVTRANSFER_SHIPPED_ZOO")
     if value is not None:
         return None if value.strip().lower() in ("", "none") else Path(value).expanduser()

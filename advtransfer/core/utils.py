@@ -151,7 +151,7 @@ def remove_checked(path: str | os.PathLike) -> None:
 
 def git_sha(cwd: str | os.PathLike | None = None) -> str:
     """The repository's HEAD sha (with ``-dirty`` if modified), or ``unknown`` outside git."""
-    cwd = cwd or Path(__file__).resolve().parent.parent
+    cwd = cwd or Path(__file__).resolve().parents[2]  # the checkout holding advtransfer/core/utils.py
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                              timeout=10).stdout.strip()
@@ -168,7 +168,7 @@ def versions() -> dict[str, str]:
     import numpy
     import torch
 
-    from . import __version__
+    from .. import __version__
 
     out = {"advtransfer": __version__, "torch": torch.__version__, "numpy": numpy.__version__}
     # timm's version from its installed metadata: importing timm (and torchvision with it) only to
