@@ -40,7 +40,7 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
 
     ``x``, ``y``, ``clean_pred`` (the victim's labels on x) and ``sur_correct`` are those of the
     crafted images (``crafted.index``, same order); ``y`` holds the dataset's labels. A
-    downstream victim (one with a ``label_map``, see :mod:`advtransfer.variants`) is scored on its
+    downstream victim (one with a ``label_map``, see :mod:`advtransfer.data.variants`) is scored on its
     own labels: an image is a success when its prediction changes from correct, images outside
     its task are not counted, and its rates are over the ``n_task`` images of its task.
     Returns the row's counts, rates, distortion and
@@ -58,7 +58,7 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     t0 = time.perf_counter()
     n_task = len(y)
     label_map = getattr(victim, "label_map", None)
-    if label_map is not None:  # a downstream victim with its own label set (advtransfer.variants)
+    if label_map is not None:  # a downstream victim with its own label set (advtransfer.data.variants)
         if crafted.target is not None:
             from .core.errors import UserError
 

@@ -15,7 +15,7 @@ import yaml
 
 from advtransfer.data import load_cifar10, load_dataset
 from advtransfer.core.errors import UserError
-from advtransfer.variants import BALANCE_LEVELS, OUT_OF_TASK, DataVariant, apply_variant, shift_images
+from advtransfer.data.variants import BALANCE_LEVELS, OUT_OF_TASK, DataVariant, apply_variant, shift_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -297,7 +297,7 @@ def _check_weights(w: Any, n_models: int, src: str, who: Any) -> None:
 
 def _check_models(spec: GridSpec) -> None:
     """Every model the grid names is a zoo entry; a generator's CLIP model is a CLIP entry; models
-    with their own label set (advtransfer.variants) are untargeted victims only."""
+    with their own label set (advtransfer.data.variants) are untargeted victims only."""
     from ..models.zoo import get_spec, load_specs
 
     specs = load_specs()

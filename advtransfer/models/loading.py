@@ -25,7 +25,7 @@ _EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
 
 def eval_split(dataset: str, data_dir, variant=None):
     """Test images 0..999 ``(x [0,1] N×3×H×W, y)`` of ``dataset``; with a training-data
-    ``variant`` (:mod:`advtransfer.variants`), in the model's own domain (its shift) and label
+    ``variant`` (:mod:`advtransfer.data.variants`), in the model's own domain (its shift) and label
     set, images outside its task left out."""
     from ..data import eval_subset, load_dataset
 
@@ -33,7 +33,7 @@ def eval_split(dataset: str, data_dir, variant=None):
     x, y, idx = eval_subset(test, min(_EVAL_IMAGES, len(test)))
     if variant is None or (variant.shift == "none" and variant.labels == "cifar10"):
         return x, y
-    from ..variants import shift_images
+    from ..data.variants import shift_images
 
     if variant.shift != "none":
         raw = shift_images(test.x[idx.numpy()], idx.numpy(), variant.shift)
@@ -117,7 +117,7 @@ def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = ""
     for p in net.parameters():
         p.requires_grad_(False)
     if spec.label_set() != "cifar10":  # a downstream model: scored on its own labels
-        from ..variants import DataVariant
+        from ..data.variants import DataVariant
 
         net.label_map = DataVariant(labels=spec.label_set()).label_map()
     return net

@@ -448,7 +448,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)
     if not variant.is_default:  # the declared source, balance, shift and label set
-        from ..variants import apply_variant
+        from ..data.variants import apply_variant
 
         train = apply_variant(train, variant, recipe.get("train_subset"))
     net = spec.build(size)

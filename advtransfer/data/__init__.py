@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .core.config import cache_dir, data_dir_setting, imagenet_image_size, imagenet_root
-from .core.errors import UserError
+from ..core.config import cache_dir, data_dir_setting, imagenet_image_size, imagenet_root
+from ..core.errors import UserError
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -247,12 +247,12 @@ DATASETS = {"cifar10": load_cifar10, "imagenet": load_imagenet}
 
 def load_dataset(name: str, split: str = "test", data_dir: str | os.PathLike | None = None) -> Split:
     """Load a registered dataset split by name; ``<name>-<shift>`` (e.g. ``cifar10-colour``) is the
-    split with every image distribution-shifted (:mod:`advtransfer.variants`)."""
+    split with every image distribution-shifted (:mod:`advtransfer.data.variants`)."""
     from .variants import SHIFTS, parse_dataset_name
 
     base, shift = parse_dataset_name(name)
     if base not in DATASETS:
-        from .core.registry import suggest
+        from ..core.registry import suggest
 
         raise UserError(suggest(name, list(DATASETS) + [f"cifar10-{s}" for s in SHIFTS], "dataset"))
     if shift == "none":

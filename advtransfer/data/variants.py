@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .core.errors import UserError
+from ..core.errors import UserError
 
 #: version of the selection and shift code: enters the recipe hash of every entry with ``data``
 #: (bump it whenever a variant's images change, so models trained on the old ones retrain)
@@ -103,7 +103,7 @@ def shift_images(x: np.ndarray, index: np.ndarray, shift: str, chunk: int = 5000
     if shift == "none":
         return x
     if shift not in SHIFTS:
-        from .core.registry import suggest
+        from ..core.registry import suggest
 
         raise UserError(suggest(shift, ["none", *SHIFTS], "shift"))
     out = np.empty_like(x)
