@@ -13,7 +13,7 @@ from typing import Sequence
 from .analysis.cli import COMMANDS as ANALYSIS_COMMANDS, add_parsers as add_analysis_parsers
 from .core.config import ENVIRONMENT
 from .core.errors import UserError
-from .executors import CellsFailed
+from .run.executors import CellsFailed
 
 EPILOG = """\
 examples:
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _setup_env(args: argparse.Namespace) -> str:
     """The device to run on (checked: it exists and is available); checks --data-dir."""
     from .core.config import default_device
-    from .validate import check_device
+    from .run.validate import check_device
 
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
     if getattr(args, "data_dir", None):
@@ -152,8 +152,8 @@ def _setup_env(args: argparse.Namespace) -> str:
 
 def cmd_grid(args: argparse.Namespace) -> int:
     from .grid import load_grid
-    from .plots import plot_run
-    from .runner import run_grid
+    from .analysis.plots import plot_run
+    from .run.runner import run_grid
 
     device = _setup_env(args)
     spec = load_grid(args.grid, args.attack)
@@ -189,7 +189,7 @@ def _with_cli_plugins(plugins, args: argparse.Namespace) -> tuple[str, ...] | No
 
 
 def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
-    from .runner import plan_grid
+    from .run.runner import plan_grid
 
     plan = plan_grid(spec, args.out, args.cache_dir, args.data_dir, device, args.profile)
     cells = plan["cells"]
@@ -208,7 +208,7 @@ def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
 
 
 def _print_summary(run_dir) -> None:
-    from .store import RunStore
+    from .run.store import RunStore
 
     df = RunStore(run_dir).read_results()
     for (label, eps), sub in df.groupby(["attack_label", "eps_str"], sort=False):
@@ -284,7 +284,7 @@ def _retrain(names: list[str], size: str, args: argparse.Namespace, device: str)
 def cmd_plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .plots import plot_run
+    from .analysis.plots import plot_run
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run folder {args.run_dir!r} does not exist")

@@ -221,7 +221,7 @@ def test_grid_records_precision_compile_and_batch(tmp_path, cache_dir, trained, 
     monkeypatch.setattr(torch, "compile", lambda m: _Wrapped(m))
 
     from advtransfer.grid import expand_cells, load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     trained("resnet20_a"), trained("vgg_a")
     base = {"name": "accel", "dataset": "cifar10", "n": 40, "size": "ci", "batch_size": 40, "eps": ["8/255"],

@@ -67,7 +67,7 @@ def test_changed_attack_recrafts(tmp_path, cache_dir, monkeypatch):
     import yaml
 
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     grid = {"name": "v", "n": 16, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 2},
             "attacks": {"nifgsm": {}}, "surrogates": ["resnet20_a"], "victims": ["resnet20_b"]}

@@ -236,7 +236,7 @@ def test_run_without_baselines_points_to_its_grid_reference(tmp_path):
 
     from advtransfer.analysis.measures.compare import compare_run
     from advtransfer.core.errors import UserError
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     store = RunStore(tmp_path)
     rows = pd.DataFrame({"cell_id": ["c1"], "surrogate": ["resnet20_sam02"], "surrogate_base": ["resnet20_sam02"],

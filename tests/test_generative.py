@@ -270,7 +270,7 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     weights are cached with the examples, rebuild them, and a rerun reuses them without training."""
     from advtransfer.attacks.base import make_targets
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     trained("resnet20_a"), trained("resnet20_b"), trained("vgg_a")
     gen = {"n_craft": 96, "batch": 32, "width": 4, "blocks": 1, "steps": 3}

@@ -203,7 +203,7 @@ def test_imagenet_style_grid_with_random_init_models(tmp_path, zoo_dir, monkeypa
     """The whole ImageNet path offline: an image folder as the `imagenet` dataset, a timm model
     (random init, its own data config) as surrogate, a tiny CLIP zero-shot model as a victim."""
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     _write_images(tmp_path / "imagenet", "index")
     monkeypatch.setenv("ADVTRANSFER_IMAGENET", str(tmp_path / "imagenet"))

@@ -86,7 +86,7 @@ def test_layers():
     graph = _graph()
     for mod, deps in graph.items():
         if mod.startswith("advtransfer.attacks"):
-            bad = [d for d in deps if d.startswith(("advtransfer.models", "advtransfer.analysis", "advtransfer.runner"))]
+            bad = [d for d in deps if d.startswith(("advtransfer.models", "advtransfer.analysis", "advtransfer.run.runner"))]
             assert not bad, f"{mod} (attack layer) imports {bad}"
         if not mod.startswith("advtransfer.analysis") and mod not in ("advtransfer.cli",):
             bad = [d for d in deps if d.startswith("advtransfer.analysis")]
@@ -99,8 +99,8 @@ def test_detects_a_planted_cycle():
 
 
 # model code: what builds, trains, loads or attacks a network (the report must not reach it)
-MODEL_CODE = ("advtransfer.models", "advtransfer.attacks", "advtransfer.training", "advtransfer.runner",
-              "advtransfer.cellrunner", "advtransfer.analysis.measures.distortion",
+MODEL_CODE = ("advtransfer.models", "advtransfer.attacks", "advtransfer.training", "advtransfer.run.runner",
+              "advtransfer.run.cellrunner", "advtransfer.analysis.measures.distortion",
               "advtransfer.analysis.measures.blackbox", "advtransfer.analysis.measures.knowledge",
               "advtransfer.analysis.measures.fit")
 

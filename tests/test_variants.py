@@ -117,7 +117,7 @@ def test_information_maximisation_prefers_confident_diverse_predictions():
 def test_evaluation_scores_a_downstream_victim_on_its_own_labels():
     """Success = the victim's own prediction changes from correct; out-of-task images never count."""
     from advtransfer.attacks.base import Crafted
-    from advtransfer.cell import evaluate_victim
+    from advtransfer.run.cell import evaluate_victim
 
     class Fixed(torch.nn.Module):  # predicts per image from a lookup on the first pixel
         def __init__(self, table, k):

@@ -4,7 +4,7 @@
                     the two joined) and writing the commands' CSV tables; damaged files are one-line errors
 - :mod:`.stats`     paired statistics (pure): exact McNemar, Newcombe and bootstrap intervals, Holm, strata
 - :mod:`.pooling`   image-pooled success rates and their image-bootstrap intervals
-- :mod:`.measures`  what writes tables (and figures, through :func:`advtransfer.plots.pyplot`):
+- :mod:`.measures`  what writes tables (and figures, through :func:`advtransfer.analysis.plots.pyplot`):
                     comparisons, golden counts, mismatch and lineage, white-box matching, worst case,
                     SAT similarity from the run folder alone; minimal distortion, HopSkipJump, FiT and
                     knowledge transfer, which load the run's models

@@ -18,7 +18,7 @@ BASELINE_COLUMNS = ("baseline_for", "match", "replicate", "surrogate_base")
 def read_results(run_dir: str | Path) -> pd.DataFrame:
     """``RUN/results.parquet`` with the analysis defaults for columns older runs lack
     (``replicate`` 0, ``surrogate_base`` = ``surrogate``, ``match`` 'none', ``baseline_for`` '')."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     run = Path(run_dir)
     if not run.is_dir():
@@ -41,7 +41,7 @@ def read_results(run_dir: str | Path) -> pd.DataFrame:
 
 def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """(results table, manifest) of a run folder; UserError if it is not one or a file is damaged."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -53,7 +53,7 @@ def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 def read_samples(run_dir: str | Path) -> pd.DataFrame:
     """All per-image tables of a run concatenated, each checked against its checksum (empty
     frame when there are none)."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     return RunStore(run_dir).all_samples()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 SIZES = ("ci", "cpu", "converged", "full")
 #: the zoo size when none is given anywhere (:func:`default_size`): the shipped converged zoo
 DEFAULT_SIZE = "converged"
-#: who runs a grid's cells (advtransfer.executors): here, in worker processes, or as Slurm jobs
+#: who runs a grid's cells (advtransfer.run.executors): here, in worker processes, or as Slurm jobs
 EXECUTORS = ("serial", "local", "submitit")
 
 #: every environment variable the package reads, with what it sets

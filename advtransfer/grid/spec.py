@@ -4,7 +4,7 @@ A spec comes from a grid file (:func:`advtransfer.grid.load_grid`) or is built i
 way :meth:`GridSpec.validate` judges every value it holds (types, ranges, names against the attack
 registry and the zoo catalogue) and :meth:`GridSpec.with_overrides` applies the CLI's flags and
 validates again. What needs the machine or the data (device, run folder, images, checkpoints, each
-cell's attack parameters) is :func:`advtransfer.validate.preflight`'s, which :func:`run_grid` runs.
+cell's attack parameters) is :func:`advtransfer.run.validate.preflight`'s, which :func:`run_grid` runs.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class GridSpec:
     source: str = ""
     raw: dict = field(default_factory=dict)
     matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
-    executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
+    executor: str = "serial"         # who runs the cells (advtransfer.run.executors); never enters a cell id
     workers: int | None = None       # local executor: worker processes
     craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
     precision: str = "fp32"          # autocast of the crafting passes (advtransfer.core.accel); enters the cell id if not fp32

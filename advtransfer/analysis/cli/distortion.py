@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     victims = [v.strip() for v in args.victims.split(",")] if args.victims else None
     from ...core.lock import RunLock
-    from ...validate import check_device
+    from ...run.validate import check_device
 
     device = check_device(device, "--device" if args.device else "ADVTRANSFER_DEVICE")
     from ..runs import run_context

@@ -11,7 +11,7 @@ def default_baseline(run_dir: str | Path) -> Path:
     """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
     grid name from the run's manifest."""
     from ...core.resources import results_dir
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"
     return results_dir() / "baselines" / str(name)

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     device = "cpu"
     if any(MEASURES.get(n).loads_models for n in names):
         from ...core.config import default_device
-        from ...validate import check_device
+        from ...run.validate import check_device
 
         device = check_device(args.device or default_device(), "--device" if args.device else "ADVTRANSFER_DEVICE")
     from ...core.lock import RunLock

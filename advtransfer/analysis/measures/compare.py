@@ -62,7 +62,7 @@ class Samples:
     def get_all(self, cell_id: str) -> pd.DataFrame:
         """The cell's whole per-image table (every victim; at least :data:`SAMPLE_COLUMNS`)."""
         if cell_id not in self._cache:
-            from ...store import RunStore
+            from ...run.store import RunStore
 
             path = self.root / "samples" / f"{cell_id}.parquet"
             df = RunStore(self.root).read_samples(cell_id, required=True)
@@ -177,7 +177,7 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         base = base.explode("baseline_for", ignore_index=True)
         att = df[df["baseline_for"] == ""]
         if base.empty:
-            from ...store import RunStore
+            from ...run.store import RunStore
 
             ref = RunStore(run_dir).read_manifest().get("reference")
             hint = f"compare its surrogates with --reference {ref} (its grid's reference), or " if ref else ""
@@ -314,7 +314,7 @@ def refresh_comparisons(run_dir: str | Path) -> str:
     baselines) unless the table is current (:func:`is_current`); the report then reads them.
     Returns the note the report prints beside the table: '' when it was current, a sentence when
     it was computed now, or why the run has nothing to compare (then nothing is written)."""
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     run = Path(run_dir)
     results = read_results(run)  # a missing folder or a damaged table is an error, not a note
@@ -358,11 +358,11 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
     """Forest plots of a comparison table, one per (eps, norm, targeted), into ``OUT/figures/``:
     each comparison's difference in percentage points with its 95% interval, grouped by victim,
     zero line; Holm-significant comparisons drawn filled and starred. Returns the paths."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 
-    from ...plots import save_figure
+    from ..plots import save_figure
 
     out = Path(out_dir) / "figures"
     out.mkdir(parents=True, exist_ok=True)

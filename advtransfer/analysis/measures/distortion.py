@@ -82,7 +82,7 @@ import torch
 import torch.nn as nn
 
 from ...core.errors import UserError
-from ...store import RunStore
+from ...run.store import RunStore
 from ...core.utils import atomic_path
 from ..runs import read_samples, run_context
 
@@ -301,7 +301,7 @@ def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
     """(x, x_adv, y, target or None, index) of a cached cell: clean images reloaded from the
     dataset by the cached dataset indices (they must lie in the grid's n/start subset)."""
     from ...data import eval_subset, load_dataset
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     cached = RunStore(run_dir).load_adv(cell_id)
     if cached is None:

@@ -196,7 +196,7 @@ def counts_table(run_dir: str | Path) -> pd.DataFrame:
     from ..runs import read_results
 
     df = read_results(run_dir)
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     samples = Path(run_dir) / "samples"
     store = RunStore(run_dir)
@@ -357,7 +357,7 @@ def write_baseline(run_dir: str | Path, out_dir: str | Path, threads: int | None
     right when the run was made in this process, as in the tests and ``make golden-update``).
     ``models_from``: the cache the run's models came from; they are copied into ``OUT/zoo/``
     (:func:`copy_models`) and the meta gets their :func:`kernel_probe`."""
-    from ...store import RunStore
+    from ...run.store import RunStore
     from ...core.utils import atomic_path, atomic_write_text
 
     t = counts_table(run_dir)

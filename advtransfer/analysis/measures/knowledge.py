@@ -182,7 +182,7 @@ def _correlations(d: pd.DataFrame, task: str, n_boot: int, seed: int) -> pd.Data
 
 def scatter(df: pd.DataFrame, out: str | Path) -> Path:
     """α1 and α2 against the fine-tuning gain, one point per (source, descendant)."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 

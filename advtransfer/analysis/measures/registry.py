@@ -98,7 +98,7 @@ class MeasureContext:
 
     def samples(self, cell_id: str) -> pd.DataFrame:
         """The cell's per-image table (one row per victim × image; see the results schema)."""
-        from ...store import RunStore
+        from ...run.store import RunStore
 
         return RunStore(self.run_dir).read_samples(cell_id, required=True)
 

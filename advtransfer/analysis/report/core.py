@@ -430,7 +430,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     :func:`advtransfer.analysis.cli.report.report_run`); by default, where the table is absent or
     older than results.parquet, the report says to run ``advtransfer compare``.
     Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
-    from ...store import RunStore
+    from ...run.store import RunStore
     from ...core.utils import atomic_write_text
 
     run = Path(run_dir)

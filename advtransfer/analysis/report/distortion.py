@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ...core.errors import UserError
-from ...plots import slug
+from ..plots import slug
 from ..measures.similarity import sat_matrix
 from ..runs import joined_samples, read_table
 from ..stats import summarize_blackbox

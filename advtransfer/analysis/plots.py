@@ -67,7 +67,7 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
 
     plt = pyplot()
 
-    from .store import RunStore
+    from ..run.store import RunStore
 
     run_dir = Path(run_dir)
     df = RunStore(run_dir).read_results()
@@ -118,8 +118,8 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
 def plot_uaps(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     """One figure per universal cell of a run: δ amplified to the full range (grey = 0), a test
     image before and after, and (X-Transfer) how often the bandit used each surrogate."""
-    from .data import CIFAR10_CLASSES
-    from .store import RunStore
+    from ..data import CIFAR10_CLASSES
+    from ..run.store import RunStore
 
     if "universal" not in df.columns:
         return []

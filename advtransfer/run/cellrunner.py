@@ -1,7 +1,7 @@
 """One grid cell run end to end in whatever process runs it: the models it needs (loaded once
 per process), its examples (crafted or loaded from the run's cache), its victims' rows and
-per-image table, written as the cell's own files. The serial runner (:mod:`advtransfer.runner`)
-and every worker of the parallel executors (:mod:`advtransfer.executors`) use :class:`CellRunner`."""
+per-image table, written as the cell's own files. The serial runner (:mod:`advtransfer.run.runner`)
+and every worker of the parallel executors (:mod:`advtransfer.run.executors`) use :class:`CellRunner`."""
 from __future__ import annotations
 
 import json
@@ -15,17 +15,17 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from . import __version__
-from .core import faults, schema
-from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet
+from .. import __version__
+from ..core import faults, schema
+from ..attacks.base import Attack, CraftContext, Crafted, SurrogateSet
 from .cell import evaluate_cell
-from .data import eval_subset, load_dataset
-from .core.errors import UserError
-from .grid import Cell, GridSpec, describe, expand_cells, resolve_attack
-from .core.metrics import labels
-from .models import zoo
+from ..data import eval_subset, load_dataset
+from ..core.errors import UserError
+from ..grid import Cell, GridSpec, describe, expand_cells, resolve_attack
+from ..core.metrics import labels
+from ..models import zoo
 from .store import RunStore
-from .core.utils import eps_to_str, git_sha
+from ..core.utils import eps_to_str, git_sha
 
 
 
@@ -84,7 +84,7 @@ class ModelCache:
         if hooks:
             return module, "eager (hooks)"
         if name not in self._compiled:
-            from .core.accel import choose_compiled
+            from ..core.accel import choose_compiled
 
             x, y = probe
             chosen, info = choose_compiled(module, x.to(self.device), y.to(self.device))
@@ -212,7 +212,7 @@ class CellRunner:
     """Everything a process needs to run cells of a grid whose models are trained: the data, the
     models (loaded on first use), the zoo cards and the run folder. The serial executor uses one
     in the main process; each worker of the parallel executors builds its own
-    (:mod:`advtransfer.executors`). :meth:`run` runs one cell and writes its files only (examples,
+    (:mod:`advtransfer.run.executors`). :meth:`run` runs one cell and writes its files only (examples,
     per-image table, shard), so any number of processes can run different cells of one folder."""
 
     def __init__(self, spec: GridSpec, run_dir: str | Path, cache=None, data_dir=None, device: str = "cpu",

@@ -27,9 +27,9 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from .core import faults
-from .core.errors import UserError
-from .core.utils import atomic_path, atomic_write_text, remove_checked, checksum_matches
+from ..core import faults
+from ..core.errors import UserError
+from ..core.utils import atomic_path, atomic_write_text, remove_checked, checksum_matches
 
 
 def _stderr(msg: str) -> None:

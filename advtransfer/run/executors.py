@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .core.config import EXECUTORS  # noqa: F401  (re-exported: the executor names)
-from .core.errors import UserError
+from ..core.config import EXECUTORS  # noqa: F401  (re-exported: the executor names)
+from ..core.errors import UserError
 
 if TYPE_CHECKING:
     from .cellrunner import CellRunner
-    from .grid import GridSpec
+    from ..grid import GridSpec
 
 
 class CellsFailed(RuntimeError):
@@ -101,7 +101,7 @@ def plan_workers(device: str, workers: int | None, n_cells: int) -> list[tuple[s
 def _worker_env(threads: int):
     """Environment inherited by worker processes started inside the block: their OpenMP thread
     count and passive waiting (a user's own OMP_WAIT_POLICY is kept)."""
-    from .core.utils import temp_env
+    from ..core.utils import temp_env
 
     return temp_env(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                     OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
@@ -117,7 +117,7 @@ def _run_guarded(runner: "CellRunner", cell_id: str, worker: str) -> Outcome:
     traceback goes to the run log)."""
     t0 = time.perf_counter()
     try:
-        from .core import faults
+        from ..core import faults
 
         faults.fail("cell", cell_id)
         n = runner.run(runner.cell(cell_id))
@@ -137,7 +137,7 @@ def _make_runner(spec: "GridSpec", run_dir: str, cache, data_dir, device: str, t
     import torch
 
     from .cellrunner import CellRunner, RunLog
-    from .plugins import load_plugins
+    from ..plugins import load_plugins
 
     load_plugins(spec.plugins)  # the user's attacks and networks, as the main process loaded them
     torch.set_num_threads(threads)
@@ -177,9 +177,9 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
     :class:`CellsFailed` for cells that failed twice."""
     from tqdm.auto import tqdm
 
-    cells = runner.cells  # executor and workers: checked by GridSpec.validate (advtransfer.validate.preflight)
+    cells = runner.cells  # executor and workers: checked by GridSpec.validate (advtransfer.run.validate.preflight)
     if executor == "serial":
-        from .grid import describe
+        from ..grid import describe
 
         bar = tqdm(cells, desc=f"grid {runner.spec.name}", unit="cell", disable=not runner.progress)
         try:

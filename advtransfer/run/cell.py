@@ -1,6 +1,6 @@
 """One grid cell as pure functions: craft adversarial examples once, evaluate any victims on them.
 
-Nothing here touches files; the runner (:mod:`advtransfer.runner`) caches and stores around it,
+Nothing here touches files; the runner (:mod:`advtransfer.run.runner`) caches and stores around it,
 so the same functions serve the serial runner, tests and the Python API unchanged.
 
 Images are float tensors N×C×H×W with pixels in [0,1]; labels int64 N; ``index`` the dataset
@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from .attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targets
-from .core.metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
+from ..attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targets
+from ..core.metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
                       success_mask)
 
 __all__ = ["craft", "asr_by_target", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
@@ -53,14 +53,14 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     draws, each draw with its own clean and adversarial labels, and ``success_draws`` the share
     of draws in which each image is a success.
     """
-    from .models.defences import draws_of
+    from ..models.defences import draws_of
 
     t0 = time.perf_counter()
     n_task = len(y)
     label_map = getattr(victim, "label_map", None)
     if label_map is not None:  # a downstream victim with its own label set (advtransfer.data.variants)
         if crafted.target is not None:
-            from .core.errors import UserError
+            from ..core.errors import UserError
 
             raise UserError("a targeted attack's target is a class of the dataset; a downstream victim "
                             "with its own label set cannot be scored on it: leave it out of targeted grids")

@@ -1,6 +1,6 @@
 """Runs a grid: trains missing zoo models, crafts each cell once (cached), evaluates victims,
-writes shards and the merged table (the cells themselves: :mod:`advtransfer.cellrunner`, run by
-an executor: :mod:`advtransfer.executors`). Rerunning skips finished cells; a victim added to the grid
+writes shards and the merged table (the cells themselves: :mod:`advtransfer.run.cellrunner`, run by
+an executor: :mod:`advtransfer.run.executors`). Rerunning skips finished cells; a victim added to the grid
 is evaluated on the cached examples without re-crafting."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Callable
 
 import pandas as pd
 
-from .core import faults
+from ..core import faults
 from .cellrunner import CellRunner, RunLog
-from .core.errors import UserError
-from .grid import GridSpec, expand_cells, resolve_attack
-from .models import zoo
-from .core.resources import results_dir
+from ..core.errors import UserError
+from ..grid import GridSpec, expand_cells, resolve_attack
+from ..models import zoo
+from ..core.resources import results_dir
 from .store import RunStore
-from .core.utils import eps_to_str, git_sha, checksum_matches, versions
+from ..core.utils import eps_to_str, git_sha, checksum_matches, versions
 
 
 def default_run_dir(spec: GridSpec) -> Path:
@@ -30,14 +30,14 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | 
              profile: str | None = None) -> Path:
     """Run every cell of ``spec``; returns the run folder. See the module docstring.
 
-    First the preflight (:func:`advtransfer.validate.preflight`: every value of the spec, the
+    First the preflight (:func:`advtransfer.run.validate.preflight`: every value of the spec, the
     device, the run folder, the data, every cell's attack, the checkpoints), so bad input is one
     UserError before anything is trained or written. The run folder is locked for the run
     (:class:`advtransfer.core.lock.RunLock`: a second run on it stops at once naming the holder) and
     what the run prints goes to ``RUN/run.log`` too. A run that fails on bad input before writing
     a result removes the folder it created.
 
-    ``executor`` (default: the spec's) runs the cells (:mod:`advtransfer.executors`): ``serial``
+    ``executor`` (default: the spec's) runs the cells (:mod:`advtransfer.run.executors`): ``serial``
     in this process, ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job
     arrays (``profile``: a YAML file of cluster parameters). Every executor writes the same table."""
     from .validate import preflight
@@ -65,7 +65,7 @@ def _remove_if_only_bookkeeping(run_dir: Path) -> None:
 
 def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
                    log: Callable[[str], None], how: dict) -> None:
-    from .core.lock import RunLock
+    from ..core.lock import RunLock
 
     new_folder = not run_dir.exists()
     with RunLock(run_dir):  # raises at once (nothing touched) when another process holds the folder
@@ -97,7 +97,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
                 log: Callable[[str], None], executor: str = "serial", workers: int | None = None,
                 profile: str | None = None) -> None:
     from .executors import run_cells
-    from .plugins import plugin_records
+    from ..plugins import plugin_records
 
     store = RunStore(run_dir, log.warn if isinstance(log, RunLog) else log)
     store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
@@ -149,7 +149,7 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path |
 
     Cells whose surrogates are not trained yet get their id only after training (``cell_id``
     None: the id hashes the weights)."""
-    from .models.sources import is_trained
+    from ..models.sources import is_trained
     from .validate import preflight
 
     run_dir = Path(out) if out else default_run_dir(spec)

@@ -10,8 +10,8 @@ attack's declared :class:`~advtransfer.attacks.params.Param` s) and passes its o
 :meth:`~advtransfer.attacks.base.Attack.check` against the cell it will craft in (layer names
 resolve in freshly built networks of the harness-trained surrogates, class indices lie within the
 label set, training-image counts within the training split, a backward-path attack finds a site
-to change), and trained checkpoints are intact. :func:`advtransfer.runner.run_grid` and
-:func:`advtransfer.runner.plan_grid` run it themselves, so the Python API is as safe as the CLI.
+to change), and trained checkpoints are intact. :func:`advtransfer.run.runner.run_grid` and
+:func:`advtransfer.run.runner.plan_grid` run it themselves, so the Python API is as safe as the CLI.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .core.errors import UserError
+from ..core.errors import UserError
 
 if TYPE_CHECKING:
-    from .attacks.params import CellView
-    from .grid import GridSpec
+    from ..attacks.params import CellView
+    from ..grid import GridSpec
 
 #: what a run folder may hold; a non-empty folder with none of these is not one
 RUN_MARKERS = ("manifest.json", "results.parquet", "run.lock", "run.log", "adv", "shards", "samples")
@@ -96,8 +96,8 @@ def cell_view(spec: "GridSpec", cell, specs: dict, ds, n_train: int | None, nets
     harness-trained surrogate member (None for pretrained or defended entries, built from their
     own code and checked when crafted), the dataset's classes and image shape, the training
     split's size. ``nets`` (model name → network) keeps the networks built for earlier cells."""
-    from .attacks.params import CellView
-    from .models import zoo
+    from ..attacks.params import CellView
+    from ..models import zoo
 
     members, archs = [], []
     for m in cell.surrogate.models:
@@ -119,11 +119,11 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
               cache: str | os.PathLike | None = None, profile: str | None = None) -> None:
     """Every check a grid run makes before it trains a model or writes a file (see the module
     docstring). ``run_dir``: the run folder; ``profile``: the submitit executor's YAML file."""
-    from .core.accel import check_precision
-    from .data import load_dataset
+    from ..core.accel import check_precision
+    from ..data import load_dataset
     from .executors import check_executor_setup
-    from .grid import expand_cells, resolve_attack
-    from .models import zoo
+    from ..grid import expand_cells, resolve_attack
+    from ..models import zoo
 
     spec.validate()
     check_device(device)
@@ -157,7 +157,7 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
 
 def _check_cells(spec: "GridSpec", cells: list, specs: dict, ds, n_train: int | None, nets: dict) -> None:
     """Each (cell, attack)'s own check against its :func:`cell_view`; a failure names the cell."""
-    from .grid import describe
+    from ..grid import describe
 
     for cell, attack in cells:
         try:
