@@ -297,6 +297,6 @@ def test_bad_baseline_folder_is_one_line_error(golden, tmp_path, capsys):
 
 def test_default_baseline_is_the_committed_one(golden):
     """Without --baseline the CLI checks against results/baselines/<grid> of the checkout."""
-    from advtransfer.analysis.cli.golden import default_baseline
+    from advtransfer.cli.golden import default_baseline
 
     assert default_baseline(golden["run"]) == BASELINE

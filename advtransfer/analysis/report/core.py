@@ -427,7 +427,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     """Write ``report.md``, ``report.html`` and ``tables/*.tex`` of a run folder into ``out``
     (default ``RUN/report``) from the tables and figures the run folder holds; nothing else in it
     is written. ``comparisons_note``: the note of the step that wrote comparisons.parquet (see
-    :func:`advtransfer.analysis.cli.report.report_run`); by default, where the table is absent or
+    :func:`advtransfer.cli.report.report_run`); by default, where the table is absent or
     older than results.parquet, the report says to run ``advtransfer compare``.
     Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
     from ...run.store import RunStore

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..runs import format_pct
+from ..analysis.runs import format_pct
 
 # rate columns of the mismatch, lineage and white-box-match tables, printed as percentages
 PCT_COLUMNS = ["whitebox_attack", "asr_attack", "asr_matched", "asr_same_eps", "whitebox_ladder_max", "asr",

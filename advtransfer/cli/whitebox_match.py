@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ...core.errors import UserError
-from ..runs import check_out_dir, write_tables
+from ..core.errors import UserError
+from ..analysis.runs import check_out_dir, write_tables
 from .printing import print_rates
 
 
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measures.whitebox_match import matched_whitebox
+    from ..analysis.measures.whitebox_match import matched_whitebox
 
     check_out_dir(args.out)
     attacks = [a.strip() for a in args.attack.split(",") if a.strip()]

@@ -10,10 +10,23 @@ import os
 import sys
 from typing import Sequence
 
-from .analysis.cli import COMMANDS as ANALYSIS_COMMANDS, add_parsers as add_analysis_parsers
-from .core.config import ENVIRONMENT
-from .core.errors import UserError
-from .run.executors import CellsFailed
+from . import claims, compare, distortion, dumb, golden, knowledge, lineage, measure, report, whitebox_match
+from ..core.config import ENVIRONMENT
+from ..core.errors import UserError
+from ..run.executors import CellsFailed
+
+# the analysis commands, one module each: command name -> module, in the order `advtransfer --help` lists them
+_ANALYSIS = {"compare": compare, "report": report, "distortion": distortion, "golden": golden, "dumb": dumb,
+             "lineage": lineage, "knowledge": knowledge, "whitebox-match": whitebox_match,
+             "claims": claims, "measure": measure}
+ANALYSIS_COMMANDS = {name: m.run for name, m in _ANALYSIS.items()}
+
+
+def add_analysis_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add every analysis command's subparser to ``sub`` (the ``advtransfer`` subcommands)."""
+    for m in _ANALYSIS.values():
+        m.add_parser(sub)
+
 
 EPILOG = """\
 examples:
@@ -51,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="advtransfer", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Adversarial-transferability benchmark harness: craft attacks on surrogate models "
                     "and measure their success on a grid of victims.")
-    from . import __version__
+    from .. import __version__
 
     ap.add_argument("--version", action="version", version=f"advtransfer {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
@@ -137,12 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _setup_env(args: argparse.Namespace) -> str:
     """The device to run on (checked: it exists and is available); checks --data-dir."""
-    from .core.config import default_device
-    from .run.validate import check_device
+    from ..core.config import default_device
+    from ..run.validate import check_device
 
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
     if getattr(args, "data_dir", None):
-        from .data import resolve_data_dir
+        from ..data import resolve_data_dir
 
         resolve_data_dir(args.data_dir)
     if getattr(args, "device", None):
@@ -151,9 +164,9 @@ def _setup_env(args: argparse.Namespace) -> str:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from .grid import load_grid
-    from .analysis.plots import plot_run
-    from .run.runner import run_grid
+    from ..grid import load_grid
+    from ..analysis.plots import plot_run
+    from ..run.runner import run_grid
 
     device = _setup_env(args)
     spec = load_grid(args.grid, args.attack)
@@ -171,7 +184,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         print(f"figures: {len(figs)} files in {run_dir / 'figures'}/")
     _print_summary(run_dir)
     if not args.no_report:
-        from .analysis.cli.report import report_run
+        from .report import report_run
 
         paths = report_run(run_dir)
         print(f"report: {paths['html']} (and report.md, LaTeX tables in {paths['md'].parent / 'tables'}/)")
@@ -183,13 +196,13 @@ def _with_cli_plugins(plugins, args: argparse.Namespace) -> tuple[str, ...] | No
     run's workers load them; None when --plugin names none."""
     if not getattr(args, "plugin", None):
         return None
-    from .plugins import resolve_ref
+    from ..plugins import resolve_ref
 
     return tuple(dict.fromkeys([*plugins, *(resolve_ref(r) for r in args.plugin)]))
 
 
 def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
-    from .run.runner import plan_grid
+    from ..run.runner import plan_grid
 
     plan = plan_grid(spec, args.out, args.cache_dir, args.data_dir, device, args.profile)
     cells = plan["cells"]
@@ -208,7 +221,7 @@ def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
 
 
 def _print_summary(run_dir) -> None:
-    from .run.store import RunStore
+    from ..run.store import RunStore
 
     df = RunStore(run_dir).read_results()
     for (label, eps), sub in df.groupby(["attack_label", "eps_str"], sort=False):
@@ -218,8 +231,8 @@ def _print_summary(run_dir) -> None:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from .core.config import zoo_size
-    from .models import zoo
+    from ..core.config import zoo_size
+    from ..models import zoo
 
     if args.zoo_cmd == "train":
         device = _setup_env(args)
@@ -238,7 +251,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             print(f"{c['name']:16s} {c['arch']:10s} {c['family']:9s} {acc}  {c['train_s']:.0f} s")
         return 0
     if args.zoo_cmd == "ship":
-        from .models.ship import ship
+        from ..models.ship import ship
 
         size = zoo_size(args.size)
         for n in args.names:
@@ -248,7 +261,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if args.zoo_cmd == "list":
         size = zoo_size(args.size)
         if args.shipped:
-            from .models.ship import shipped_table
+            from ..models.ship import shipped_table
 
             print(shipped_table(size))
             return 0
@@ -264,8 +277,8 @@ def _retrain(names: list[str], size: str, args: argparse.Namespace, device: str)
     sha256 with the shipped card's (bit-identical on a machine of the same kind and thread count)."""
     import json
 
-    from .models import zoo
-    from .models.store import shipped_paths
+    from ..models import zoo
+    from ..models.store import shipped_paths
 
     for n in names:
         card = zoo.train_spec(zoo.get_spec(n), size, args.cache_dir, args.data_dir, device, not args.no_progress)
@@ -284,7 +297,7 @@ def _retrain(names: list[str], size: str, args: argparse.Namespace, device: str)
 def cmd_plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .analysis.plots import plot_run
+    from ..analysis.plots import plot_run
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run folder {args.run_dir!r} does not exist")
@@ -296,9 +309,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_attacks(args: argparse.Namespace) -> int:
     import inspect
 
-    from .attacks import ATTACKS
-    from .attacks.ecosystem import LIBRARIES, LibraryAttack, adapted_names, library_version, note
-    from .plugins import owner
+    from ..attacks import ATTACKS
+    from ..attacks.ecosystem import LIBRARIES, LibraryAttack, adapted_names, library_version, note
+    from ..plugins import owner
 
     for name in ATTACKS.names():
         cls = ATTACKS.get(name)
@@ -352,11 +365,11 @@ def cmd_pas(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .attacks.pas import search_path
-    from .core.config import zoo_size
-    from .data import load_dataset
-    from .models import zoo
-    from .core.utils import parse_fraction
+    from ..attacks.pas import search_path
+    from ..core.config import zoo_size
+    from ..data import load_dataset
+    from ..models import zoo
+    from ..core.utils import parse_fraction
 
     # every argument is checked before a model trains or a file is written
     device = _setup_env(args)
@@ -412,7 +425,7 @@ def cmd_pas(args: argparse.Namespace) -> int:
     print(f"best ({best['label']}, one-step ASR {best['score']:.3f}); as grid parameters:")
     print(f"  pas: {{gammas: {best['gammas']}, deltas: {best['deltas']}}}")
     if args.out:
-        from .core.utils import atomic_write_text  # complete or absent, never half-written
+        from ..core.utils import atomic_write_text  # complete or absent, never half-written
 
         atomic_write_text(Path(args.out), json.dumps({"model": args.model, "validators": validators,
                                                       "images": [start, start + args.n], "eps": eps,
@@ -421,10 +434,10 @@ def cmd_pas(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from .attacks.features import list_layers, resolve_layer
-    from .models import zoo
+    from ..attacks.features import list_layers, resolve_layer
+    from ..models import zoo
 
-    from .core.config import zoo_size
+    from ..core.config import zoo_size
 
     size = zoo_size(args.size)
     src = zoo.declared(zoo.get_spec(args.model))
@@ -466,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         if hasattr(args, "plugin"):  # the user's code first: the command may name what it registers
-            from .plugins import load_plugins
+            from ..plugins import load_plugins
 
             load_plugins(args.plugin or ())
         return {"grid": cmd_grid, "zoo": cmd_zoo, "plot": cmd_plot, "attacks": cmd_attacks,

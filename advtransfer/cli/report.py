@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..runs import check_out_dir
+from ..analysis.runs import check_out_dir
 
 
 def report_run(run_dir: str | Path, out: str | Path | None = None) -> dict:
     """What ``advtransfer report`` (and ``advtransfer grid`` after a run) does: write the run's
     comparisons when absent or older than its results (:func:`refresh_comparisons`), then the
     report from the run folder (:func:`build_report`). Returns build_report's paths."""
-    from ...core.errors import UserError
-    from ..measures.compare import refresh_comparisons
-    from ..report import build_report
+    from ..core.errors import UserError
+    from ..analysis.measures.compare import refresh_comparisons
+    from ..analysis.report import build_report
 
     if not Path(run_dir).is_dir():
         raise UserError(f"run folder {str(run_dir)!r} does not exist; pass the folder `advtransfer grid` wrote")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runs import check_out_dir, write_tables
+from ..analysis.runs import check_out_dir, write_tables
 from .printing import print_rates
 
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measures.mismatch import dumb_table
+    from ..analysis.measures.mismatch import dumb_table
 
     check_out_dir(args.out)
     cases, costs = dumb_table(args.run_dir, args.attack)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...core.errors import UserError
+from ..core.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ... import plugins
-    from ..measures.registry import MEASURES, measure_names, run_measure
+    from .. import plugins
+    from ..analysis.measures.registry import MEASURES, measure_names, run_measure
 
     if args.list:
         for name in measure_names():
@@ -43,16 +43,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"run folder {args.run_dir!r} does not exist; pass the folder `advtransfer grid` wrote")
     names = [n.strip() for n in args.names.split(",") if n.strip()]
     names = [MEASURES.canonical(n) for n in names]  # every name known before the first measure runs
-    from ..runs import run_context
+    from ..analysis.runs import run_context
 
     run_context(run)  # a run folder (results and manifest) before anything is written
     device = "cpu"
     if any(MEASURES.get(n).loads_models for n in names):
-        from ...core.config import default_device
-        from ...run.validate import check_device
+        from ..core.config import default_device
+        from ..run.validate import check_device
 
         device = check_device(args.device or default_device(), "--device" if args.device else "ADVTRANSFER_DEVICE")
-    from ...core.lock import RunLock
+    from ..core.lock import RunLock
 
     with RunLock(run):
         for name in names:

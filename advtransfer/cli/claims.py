@@ -8,9 +8,9 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from ...core.errors import UserError
-from ..pooling import N_BOOT
-from ..runs import check_out_dir
+from ..core.errors import UserError
+from ..analysis.pooling import N_BOOT
+from ..analysis.runs import check_out_dir
 
 DEFAULT_CLAIMS = "claims/cifar10.yaml"
 DEFAULT_RUNS = "results/claims"
@@ -57,10 +57,10 @@ def replace_generated(text: str, table: str, where: str) -> str:
 
 def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
     """claims.html and report.md in ``out/report/`` from the claims table (the report renderers)."""
-    from ...core.utils import atomic_write_text
-    from ..measures.claims import format_claims
-    from ..report.base import Raw, Section
-    from ..report.core import render_html, render_markdown
+    from ..core.utils import atomic_write_text
+    from ..analysis.measures.claims import format_claims
+    from ..analysis.report.base import Raw, Section
+    from ..analysis.report.core import render_html, render_markdown
 
     md = format_claims(df, spec.sizes)
     how = (f"Claims file `{claims_path}`; runs under `{runs}/<size>/<grid name>/`. Each row pairs the same images "
@@ -83,7 +83,7 @@ def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
 
 
 def _esc(s: str) -> str:
-    from ..report.base import html_escape
+    from ..analysis.report.base import html_escape
 
     return html_escape(s)
 
@@ -101,9 +101,9 @@ def _md_to_html(md: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...core.utils import atomic_path, atomic_write_text
-    from ..measures.claims import claims_table, format_claims, grid_name, load_claims
-    from ..runs import write_tables
+    from ..core.utils import atomic_path, atomic_write_text
+    from ..analysis.measures.claims import claims_table, format_claims, grid_name, load_claims
+    from ..analysis.runs import write_tables
 
     check_out_dir(args.out)
     spec = load_claims(args.claims)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         replace_generated(readme.read_text(), "", str(readme))  # markers present: checked before any writing
     runs, out = Path(args.runs), Path(args.out or args.runs)
     if args.records:
-        from ..measures.claim_records import export_records
+        from ..analysis.measures.claim_records import export_records
 
         for e in export_records(spec, runs, args.records):
             print(f"records: {args.records}/{e.size}/{e.grid}: {e.cells} cells, {e.rows} rows, {e.bytes / 1e6:.2f} MB")

@@ -4,21 +4,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...core.errors import UserError
+from ..core.errors import UserError
 
 
 def default_baseline(run_dir: str | Path) -> Path:
     """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
     grid name from the run's manifest."""
-    from ...core.resources import results_dir
-    from ...run.store import RunStore
+    from ..core.resources import results_dir
+    from ..run.store import RunStore
 
     name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"
     return results_dir() / "baselines" / str(name)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..measures.golden import REFRESH_COMMAND, Tolerance
+    from ..analysis.measures.golden import REFRESH_COMMAND, Tolerance
 
     t = Tolerance()
     p = sub.add_parser(
@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measures.golden import (Tolerance, compare_tables, counts_table, failure_message, read_baseline,
+    from ..analysis.measures.golden import (Tolerance, compare_tables, counts_table, failure_message, read_baseline,
                                    same_kernels, write_baseline)
 
     if not Path(args.run_dir).is_dir():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...core.errors import UserError
-from ..runs import check_out_dir, write_tables
+from ..core.errors import UserError
+from ..analysis.runs import check_out_dir, write_tables
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...core.config import zoo_size
-    from ...core.utils import parse_fraction
-    from ..measures.knowledge import correlations, knowledge_table, scatter
+    from ..core.config import zoo_size
+    from ..core.utils import parse_fraction
+    from ..analysis.measures.knowledge import correlations, knowledge_table, scatter
 
     # every argument is checked before a model is loaded or an image crafted
     size = zoo_size(args.size)

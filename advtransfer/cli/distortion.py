@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...core.errors import UserError
+from ..core.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...core.config import default_device
+    from ..core.config import default_device
 
     run = Path(args.run_dir)
     if not run.is_dir():
@@ -79,16 +79,16 @@ def run(args: argparse.Namespace) -> int:
     if any(nm not in ("l2", "linf") for nm in norms):
         raise UserError(f"--blackbox-norms takes l2 and/or linf, got {args.blackbox_norms!r}")
     if args.data_dir:
-        from ...data import resolve_data_dir
+        from ..data import resolve_data_dir
 
         resolve_data_dir(args.data_dir)
     device = args.device or default_device()
     victims = [v.strip() for v in args.victims.split(",")] if args.victims else None
-    from ...core.lock import RunLock
-    from ...run.validate import check_device
+    from ..core.lock import RunLock
+    from ..run.validate import check_device
 
     device = check_device(device, "--device" if args.device else "ADVTRANSFER_DEVICE")
-    from ..runs import run_context
+    from ..analysis.runs import run_context
 
     run_context(run)  # a run folder (results and manifest) before anything is locked or written
     with RunLock(run):  # it adds columns to the per-image tables: one writer at a time
@@ -99,13 +99,13 @@ def _measure(args: argparse.Namespace, run: Path, bb: list[int], fq: list[int], 
              victims: list[str] | None) -> int:
     import pandas as pd
 
-    from ..measures.blackbox import measure_blackbox
-    from ..measures.distortion import measure_run
-    from ..measures.exposure import exposure_table, plot_asr_vs_eps
-    from ..measures.fit import fit_select
-    from ..measures.similarity import plot_similarity, sat_tables
-    from ..stats import summarize_blackbox
-    from ..runs import run_context
+    from ..analysis.measures.blackbox import measure_blackbox
+    from ..analysis.measures.distortion import measure_run
+    from ..analysis.measures.exposure import exposure_table, plot_asr_vs_eps
+    from ..analysis.measures.fit import fit_select
+    from ..analysis.measures.similarity import plot_similarity, sat_tables
+    from ..analysis.stats import summarize_blackbox
+    from ..analysis.runs import run_context
 
     res, _ = run_context(run)
     pd.set_option("display.width", 200)

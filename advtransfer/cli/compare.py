@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...core.errors import UserError
-from ..runs import check_out_dir
+from ..core.errors import UserError
+from ..analysis.runs import check_out_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measures.compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot,
+    from ..analysis.measures.compare import (compare_run, compare_runs, compare_surrogates, compare_victims, forest_plot,
                                     format_table, write_comparisons)
 
     check_out_dir(args.out)
