@@ -212,7 +212,7 @@ def test_pas_search_command(capsys, trained):
 
 
 def test_pas_scores_on_images_no_model_trained_on_and_no_grid_evaluates():
-    from advtransfer.cli import EVAL_IMAGES, pas_images
+    from advtransfer.cli.pas import EVAL_IMAGES, pas_images
 
     assert pas_images(50_000, 10_000, 500) == ("train", 10_000)  # after the cpu recipe's subset
     assert pas_images(50_000, 49_600, 500) == ("test", EVAL_IMAGES)  # fewer than 500 left: held-out test images
