@@ -6,6 +6,8 @@ tidy result tables and transfer-matrix plots. Pixels are in [0, 1] (N×C×H×W) 
 """
 __version__ = "0.1.0"
 
+from .core.errors import UserError  # noqa: E402  (core/errors.py imports nothing)
+
 
 def load_model(name: str, size: str | None = None, cache=None, device: str = "cpu", member: int | None = None):
     """The module a grid attacks for zoo entry ``name`` (a collection for an LGV, cSGLD or SWAG
@@ -22,4 +24,4 @@ def create_attack(name: str, **params):
     return _create(name, **params)
 
 
-__all__ = ["__version__", "load_model", "create_attack"]
+__all__ = ["__version__", "UserError", "load_model", "create_attack"]

@@ -17,7 +17,7 @@ A plugin is
 
 A grid names them under ``plugins:`` (paths relative to the grid file), the CLI with ``--plugin``
 (repeatable, relative to the current folder). They are loaded before the grid's names are read, in
-the main process and in every worker of every executor (:func:`advtransfer.executors`), code before
+the main process and in every worker of every executor (:func:`advtransfer.run.executors`), code before
 catalogues. The sha256 of a plugin's source file (for a module: its ``__file__``) enters the id of
 every cell whose attack or surrogate network it defines and the recipe hash of every model built
 from its architecture or trained by its method, so an edited plugin never reuses a cached result.
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import UserError
+from .core.errors import UserError
 
 ENTRY_POINT_GROUP = "advtransfer.plugins"
 #: the registry tag holding the sha256 of the plugin source that registered an entry (see
-#: :meth:`advtransfer.registry.Registry.code`): cell ids and recipe hashes read it
+#: :meth:`advtransfer.core.registry.Registry.code`): cell ids and recipe hashes read it
 CODE_TAG = "plugin_sha256"
 CATALOGUE_SUFFIXES = (".yaml", ".yml")
 

@@ -141,7 +141,7 @@ def main() -> None:
                 print(f"  ratio harness / {peer:12s} = {med['harness'] / med[peer]:.3f}  (target {target})")
     # vectorising same-architecture members (torch.func, stacked parameters, vmap: the collection
     # option vectorise: true) against the members one after another, in the harness itself
-    from advtransfer.accel import choose_compiled
+    from advtransfer.core.accel import choose_compiled
 
     if args.only in (None, "vectorise"):
         runners = {

@@ -38,7 +38,7 @@ def passes_time(spec, n: int) -> tuple[float, dict[str, float]]:
     import torch
     import torch.nn.functional as F
 
-    from advtransfer.accel import time_passes
+    from advtransfer.core.accel import time_passes
     from advtransfer.data import eval_subset, load_dataset
     from advtransfer.grid import expand_cells, resolve_attack
     from advtransfer.models import zoo

@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--victims", type=int, default=10)
     ap.add_argument("--sample", type=int, default=150, help="cells over which the per-cell merge is timed")
     args = ap.parse_args()
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "run")

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from advtransfer.accel import BatchPlan, autocast, check_precision, choose_compiled
+from advtransfer.core.accel import BatchPlan, autocast, check_precision, choose_compiled
 from advtransfer.attacks import create_attack
 from advtransfer.attacks.base import CraftContext, SurrogateSet
-from advtransfer.errors import UserError
-from advtransfer.metrics import labels, predict_batched
+from advtransfer.core.errors import UserError
+from advtransfer.core.metrics import labels, predict_batched
 
 
 class OOMAbove(nn.Module):
@@ -52,7 +52,7 @@ def test_batch_plan_halves_on_oom_and_keeps_the_smaller_size():
 def test_a_fixed_batch_plan_never_halves():
     """An attack whose examples depend on their batch (randomness drawn per batch) may not be
     recomputed in smaller batches: out of memory is a UserError that says what to do."""
-    from advtransfer.errors import UserError
+    from advtransfer.core.errors import UserError
 
     calls = []
 
@@ -221,7 +221,7 @@ def test_grid_records_precision_compile_and_batch(tmp_path, cache_dir, trained, 
     monkeypatch.setattr(torch, "compile", lambda m: _Wrapped(m))
 
     from advtransfer.grid import expand_cells, load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     trained("resnet20_a"), trained("vgg_a")
     base = {"name": "accel", "dataset": "cifar10", "n": 40, "size": "ci", "batch_size": 40, "eps": ["8/255"],

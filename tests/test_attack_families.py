@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from advtransfer.attacks import SurrogateSet, create_attack
 from advtransfer.attacks.features import FeatureTap, candidate_layers, resolve_layer
 from advtransfer.attacks.surgery import LinearBackward, SkipGradient, applied
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.archs import _BasicBlock
 
 
@@ -212,7 +212,7 @@ def test_pas_search_command(capsys, trained):
 
 
 def test_pas_scores_on_images_no_model_trained_on_and_no_grid_evaluates():
-    from advtransfer.cli import EVAL_IMAGES, pas_images
+    from advtransfer.cli.pas import EVAL_IMAGES, pas_images
 
     assert pas_images(50_000, 10_000, 500) == ("train", 10_000)  # after the cpu recipe's subset
     assert pas_images(50_000, 49_600, 500) == ("test", EVAL_IMAGES)  # fewer than 500 left: held-out test images

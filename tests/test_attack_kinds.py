@@ -59,7 +59,7 @@ def toy_kind():
 
 def test_new_kind_runs_through_the_unchanged_runner(toy_kind, tmp_path, cache_dir):
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     grid = {"name": "kind", "n": 24, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 3},
             "attacks": {"toy_generator": {"n_train": 32}}, "surrogates": ["resnet20_a"],

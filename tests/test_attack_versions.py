@@ -67,7 +67,7 @@ def test_changed_attack_recrafts(tmp_path, cache_dir, monkeypatch):
     import yaml
 
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     grid = {"name": "v", "n": 16, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 2},
             "attacks": {"nifgsm": {}}, "surrogates": ["resnet20_a"], "victims": ["resnet20_b"]}
@@ -92,9 +92,9 @@ def test_changed_attack_recrafts(tmp_path, cache_dir, monkeypatch):
 
 
 def test_readme_tables_are_generated_from_the_schema():
-    """The README's column tables are the schema module's (regenerate: python -m advtransfer.schema)."""
-    from advtransfer import schema
+    """The README's column tables are the schema module's (regenerate: python -m advtransfer.core.schema)."""
+    from advtransfer.core import schema
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for table in schema.TABLES:
-        assert schema.readme_block(table) in readme, f"README's {table} table is stale: paste `python -m advtransfer.schema`"
+        assert schema.readme_block(table) in readme, f"README's {table} table is stale: paste `python -m advtransfer.core.schema`"

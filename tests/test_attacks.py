@@ -86,7 +86,7 @@ def test_batch_composition_does_not_change_results(name, pair, batch):
 
 
 def test_unknown_parameter_is_rejected():
-    from advtransfer.errors import UserError
+    from advtransfer.core.errors import UserError
 
     with pytest.raises(UserError, match="unknown parameter 'kernel'"):
         create_attack("mifgsm", kernel=3)

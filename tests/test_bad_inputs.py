@@ -295,7 +295,7 @@ def _materialise(tmp: Path, grid, args: list[str]) -> list[str]:
 def run_case(tmp: Path, grid, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, list[Path]]:
     """(exit code, stderr, files under tmp written by the command) for one case, in-process."""
     from advtransfer.cli import main
-    from advtransfer.utils import temp_env
+    from advtransfer.core.utils import temp_env
 
     argv = _materialise(tmp, grid, args)
     before = {p for p in tmp.rglob("*")}

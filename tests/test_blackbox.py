@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from advtransfer.analysis.measures.blackbox import hsja
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from linear_model import Linear2
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from advtransfer.analysis.measures.claims import claims_table, format_claims, load_claims
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from test_compare import DESIGN, make_run
 
 GRID = """name: synthetic
@@ -160,7 +160,7 @@ README_TEXT = "# Project\n\nintro\n\n{begin}\nold table\n{end}\n\nafter\n"
 
 
 def test_claims_command_writes_the_table_the_report_and_the_readme(tmp_path, capsys):
-    from advtransfer.analysis.cli.claims import README_BEGIN, README_END
+    from advtransfer.cli.claims import README_BEGIN, README_END
     from advtransfer.cli import main
 
     runs = tmp_path / "runs"
@@ -290,7 +290,7 @@ def test_claims_command_tabulates_from_the_records(tmp_path, capsys):
 
 def test_the_readme_table_is_the_committed_records_table():
     """No number in the README's claims table is typed: it is what claims/records gives today."""
-    from advtransfer.analysis.cli.claims import README_BEGIN, README_END
+    from advtransfer.cli.claims import README_BEGIN, README_END
 
     root = Path(__file__).resolve().parents[1]
     spec = load_claims(root / "claims" / "cifar10.yaml")

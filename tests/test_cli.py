@@ -12,7 +12,7 @@ import torch
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-from advtransfer.schema import RESULTS, names
+from advtransfer.core.schema import RESULTS, names
 
 SCHEMA = names(RESULTS)  # the one schema module the runner writes through
 
@@ -164,7 +164,7 @@ def test_corrupt_checkpoint(tmp_path, cache_dir):
 def test_foreign_checkpoint(tmp_path, cache_dir):
     from safetensors.torch import save_file
 
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     cache = _cache_with(tmp_path, cache_dir, "vgg_a")
     w = cache / "zoo" / "ci" / "vgg_a.safetensors"

@@ -37,7 +37,7 @@ def _outcomes(victim: str, which: str, drop: int = 0) -> tuple[np.ndarray, np.nd
 
 
 def _row(label: str, attack: str, cell: str, victim: str, clean: np.ndarray, succ: np.ndarray, **kw) -> dict:
-    from advtransfer.metrics import wilson_interval
+    from advtransfer.core.metrics import wilson_interval
 
     nc, ns = int(clean.sum()), int(succ.sum())
     lo, hi = wilson_interval(ns, nc)
@@ -244,8 +244,8 @@ def test_run_without_baselines_points_to_its_grid_reference(tmp_path):
     import pytest
 
     from advtransfer.analysis.measures.compare import compare_run
-    from advtransfer.errors import UserError
-    from advtransfer.store import RunStore
+    from advtransfer.core.errors import UserError
+    from advtransfer.run.store import RunStore
 
     store = RunStore(tmp_path)
     rows = pd.DataFrame({"cell_id": ["c1"], "surrogate": ["resnet20_sam02"], "surrogate_base": ["resnet20_sam02"],
@@ -262,7 +262,7 @@ def test_paired_outcomes_join_on_the_image_and_refuse_a_duplicate():
     """The numpy join equals pandas' inner merge (A's order, images clean-correct in both), and an
     image listed twice for one victim (a damaged samples file) is one clear error, not a guess."""
     from advtransfer.analysis.measures.compare import paired_outcomes
-    from advtransfer.errors import UserError
+    from advtransfer.core.errors import UserError
 
     rng = np.random.default_rng(1)
     a = pd.DataFrame({"index": rng.permutation(40)[:30], "clean_correct": rng.random(30) < 0.8,

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.catalogue import split_checkpoint
 from advtransfer.models.collections import is_collection
 from advtransfer.models.ship import ROBUST_LINE, accuracy_line, early_stopped, line_accuracy
@@ -208,7 +208,7 @@ def _shipped_cards() -> list[Path]:
 
 def test_shipped_zoo_is_complete_current_and_checksummed():
     from advtransfer.models.catalogue import get_spec
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     cards = _shipped_cards()
     assert cards, "the converged zoo ships with the project (zoo/converged/)"

@@ -25,7 +25,7 @@ def _size_options(parser: argparse.ArgumentParser, path: str = "advtransfer"):
 def test_one_default_size_for_api_commands_and_grids(monkeypatch, tmp_path):
     monkeypatch.delenv("ADVTRANSFER_SIZE", raising=False)
     from advtransfer.cli import build_parser
-    from advtransfer.config import DEFAULT_SIZE, default_size, zoo_size
+    from advtransfer.core.config import DEFAULT_SIZE, default_size, zoo_size
     from advtransfer.grid import load_grid
 
     assert DEFAULT_SIZE == "converged" == default_size() == zoo_size(None)

@@ -12,9 +12,9 @@ import torch.nn as nn
 
 from advtransfer.attacks import create_attack
 from advtransfer.attacks.base import CraftContext, SurrogateSet
-from advtransfer.cell import evaluate_victim
-from advtransfer.errors import UserError
-from advtransfer.metrics import ABSTAIN, labels, success_counts
+from advtransfer.run.cell import evaluate_victim
+from advtransfer.core.errors import UserError
+from advtransfer.core.metrics import ABSTAIN, labels, success_counts
 from advtransfer.models import zoo
 from advtransfer.models.archs import ImageClassifier, build_arch
 from advtransfer.models.catalogue import _spec_from_entry

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from advtransfer.analysis.measures.distortion import (curve_auc, linf_grid, min_scale_search, scan_grid,
                                                       search_spec, success_curve, summarize)
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from linear_model import Linear2
 
 

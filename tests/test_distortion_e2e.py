@@ -14,7 +14,7 @@ import pytest
 
 from advtransfer.analysis.measures.distortion import search_spec
 from advtransfer.cli import main
-from advtransfer.store import RunStore
+from advtransfer.run.store import RunStore
 
 ZOO = """\
 x-r: &r

@@ -12,8 +12,8 @@ import torch
 import yaml
 
 import advtransfer
-from advtransfer.errors import UserError
-from advtransfer.utils import sha256_file, temp_env
+from advtransfer.core.errors import UserError
+from advtransfer.core.utils import sha256_file, temp_env
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "zoo" / "converged"

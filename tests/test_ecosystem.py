@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from advtransfer.attacks import ATTACKS, SurrogateSet, create_attack
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 torchattack = pytest.importorskip("torchattack", reason="install the test extra (make install does)")
 torchattacks = pytest.importorskip("torchattacks", reason="install the test extra (make install does)")

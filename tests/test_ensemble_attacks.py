@@ -165,7 +165,7 @@ def test_adaea_weights_follow_the_authors_ratio():
 
 
 def test_cwa_parameters_and_errors():
-    from advtransfer.errors import UserError
+    from advtransfer.core.errors import UserError
 
     a = create_attack("cwa", eps=EPS)
     assert a.alpha == pytest.approx(EPS / 5) and a.r == pytest.approx(EPS / 15) and a.steps == 10

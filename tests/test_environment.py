@@ -1,4 +1,4 @@
-"""Every environment variable the package reads is read in config.py, listed in
+"""Every environment variable the package reads is read in core/config.py, listed in
 ``config.ENVIRONMENT`` and in the CLI's help; a bad value is one line."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 PKG = Path(__file__).resolve().parent.parent / "advtransfer"
 
@@ -34,15 +34,15 @@ def _environ_reads(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_environment_variables_are_read_in_config_and_listed_in_the_help():
     from advtransfer.cli import EPILOG
-    from advtransfer.config import ENVIRONMENT
+    from advtransfer.core.config import ENVIRONMENT
 
     named = set()
     for path in PKG.rglob("*.py"):
         text = path.read_text()
         named |= set(re.findall(r"ADVTRANSFER_[A-Z_]+", text))
-        if path.name != "config.py" or path.parent != PKG:
+        if path.name != "config.py" or path.parent != PKG / "core":
             reads = [r for r in _environ_reads(ast.parse(text)) if r[1].startswith("ADVTRANSFER_")]
-            assert not reads, f"{path.relative_to(PKG)}:{reads[0][0]} reads {reads[0][1]} outside config.py"
+            assert not reads, f"{path.relative_to(PKG)}:{reads[0][0]} reads {reads[0][1]} outside core/config.py"
     assert named <= set(ENVIRONMENT), f"not listed in config.ENVIRONMENT: {sorted(named - set(ENVIRONMENT))}"
     assert all(name in EPILOG for name in ENVIRONMENT)
     assert _environ_reads(ast.parse("import os\nos.environ.get('ADVTRANSFER_X')\n'ADVTRANSFER_Y' in os.environ\n")) \
@@ -50,7 +50,7 @@ def test_environment_variables_are_read_in_config_and_listed_in_the_help():
 
 
 def test_a_bad_image_size_is_one_line(monkeypatch):
-    from advtransfer.config import imagenet_image_size
+    from advtransfer.core.config import imagenet_image_size
 
     monkeypatch.setenv("ADVTRANSFER_IMAGE_SIZE", "big")
     with pytest.raises(UserError, match="ADVTRANSFER_IMAGE_SIZE='big'"):

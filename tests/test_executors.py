@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.utils import temp_env
+from advtransfer.core.utils import temp_env
 
 GRID = {"name": "exec", "n": 40, "size": "ci", "batch_size": 40, "eps": ["8/255"], "defaults": {"steps": 5},
         "attacks": {"ifgsm": {}, "mifgsm": {}}, "surrogates": ["resnet20_a", "vgg_a"],

@@ -19,7 +19,7 @@ import yaml
 from advtransfer.attacks import SurrogateSet, create_attack
 from advtransfer.attacks.generators import ConditionalResnetGenerator, ResnetGenerator, bound
 from advtransfer.data import eval_subset, load_cifar10
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 #: the bands below were measured with Adam at 1e-3: within 80-120 updates the tiny generators learn
 #: faster at this step than at the 2e-4 default (which is sized for 600 updates)
@@ -188,7 +188,7 @@ def tiny_clip_zoo(tmp_path, monkeypatch, cache_dir):
     """A zoo entry for a tiny open_clip model at random initialisation (wiring only, no numbers)."""
     import os
 
-    from advtransfer.resources import catalogue_dirs
+    from advtransfer.core.resources import catalogue_dirs
 
     from test_pretrained import ENTRIES
 
@@ -270,7 +270,7 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     weights are cached with the examples, rebuild them, and a rerun reuses them without training."""
     from advtransfer.attacks.base import make_targets
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     trained("resnet20_a"), trained("resnet20_b"), trained("vgg_a")
     gen = {"n_craft": 96, "batch": 32, "width": 4, "blocks": 1, "steps": 3}

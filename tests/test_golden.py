@@ -137,7 +137,7 @@ def test_kernel_probe_is_repeatable_and_sees_other_weights(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     root = baseline_models(BASELINE)
     assert root is not None
@@ -297,6 +297,6 @@ def test_bad_baseline_folder_is_one_line_error(golden, tmp_path, capsys):
 
 def test_default_baseline_is_the_committed_one(golden):
     """Without --baseline the CLI checks against results/baselines/<grid> of the checkout."""
-    from advtransfer.analysis.cli.golden import default_baseline
+    from advtransfer.cli.golden import default_baseline
 
     assert default_baseline(golden["run"]) == BASELINE

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.grid import AttackEntry, GridSpec, SurrogateEntry, expand_cells, load_grid
 
 PKG = Path(__file__).resolve().parent.parent / "advtransfer"
@@ -142,7 +142,7 @@ def test_a_surrogates_attack_list_can_differ_per_size(tmp_path):
 
 
 def test_reference_is_a_field_and_the_manifest_carries_it(tmp_path):
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     grid = {"name": "r", "n": 20, "size": "ci", "eps": ["8/255"], "attacks": {"ifgsm": {}}, "reference": "vgg_a",
             "surrogates": ["resnet20_a", "vgg_a"], "victims": ["resnet20_b"]}
@@ -159,7 +159,7 @@ def test_reference_is_a_field_and_the_manifest_carries_it(tmp_path):
 def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkeypatch):
     """From Python, as from the CLI: bad input is one UserError before a model trains or a
     folder is made (training is forbidden here, so a check that came late would fail loudly)."""
-    from advtransfer import runner
+    from advtransfer.run import runner
 
     def no_training(*_a, **_k):
         raise AssertionError("trained before the preflight")
@@ -191,7 +191,8 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
 def test_the_cli_checks_no_grid_value_itself():
     """size, compile, precision and executor are judged by GridSpec.validate only: the CLI, the
     executors and accel hold no second copy of those checks."""
-    for name in ("cli.py", "executors.py", "accel.py", "validate.py", "runner.py"):
+    cli = [str(p.relative_to(PKG)) for p in sorted((PKG / "cli").glob("*.py"))]  # one module per command
+    for name in (*cli, "run/executors.py", "core/accel.py", "run/validate.py", "run/runner.py"):
         tree = ast.parse((PKG / name).read_text())
         compared = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)
                     and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from advtransfer.attacks import create_attack
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.grid import expand_cells, load_grid
 
 ATTACKS = ["mifgsm", "difgsm", "svre", "adaea", "cwa", "cwa_sam", "cwa_cse", "sgd_uap"]

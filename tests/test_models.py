@@ -91,7 +91,7 @@ def test_method_version_enters_recipe_hash_and_card(trained, monkeypatch):
 
 def test_card_keys_and_checksum(trained):
     from advtransfer.models.store import zoo_paths
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     trained("resnet20_a")
     card = zoo.read_card("resnet20_a", "ci")
@@ -105,7 +105,7 @@ def test_card_keys_and_checksum(trained):
 
 
 def test_checkout_uses_the_top_level_folders(monkeypatch):
-    from advtransfer import resources
+    from advtransfer.core import resources
     from advtransfer.grid import resolve_grid_path
 
     assert resources.source_root() == REPO

@@ -68,7 +68,7 @@ def test_installed_copy_runs_the_ci_grid(tmp_path, cache_dir, trained):
     env = {**os.environ, "ADVTRANSFER_CACHE": str(cache_dir), "ADVTRANSFER_SIZE": "ci"}
     env.pop("ADVTRANSFER_ZOO", None)
     env.pop("PYTHONPATH", None)  # a PYTHONPATH pointing at the checkout would shadow the install
-    probe = ("import json, advtransfer, advtransfer.resources as r, advtransfer.models as m, advtransfer.grid as g;"
+    probe = ("import json, advtransfer, advtransfer.core.resources as r, advtransfer.models as m, advtransfer.grid as g;"
              "print(json.dumps({'file': advtransfer.__file__, 'root': str(r.source_root()),"
              " 'grids': str(r.grids_dir()), 'cats': [str(d) for d in r.catalogue_dirs()],"
              " 'results': str(r.results_dir()), 'grid': str(g.resolve_grid_path('ci')),"

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.utils import temp_env
+from advtransfer.core.utils import temp_env
 
 PLUGIN = '''
 """The user's own attack and network."""

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from advtransfer.attacks import SurrogateSet, create_attack
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.collections import PosteriorSmoothing, check_options, fit_posterior_scales
 
 
@@ -57,7 +57,7 @@ def test_draws_reproduce_and_gradients_count_per_draw(trained, test_data):
 
 def test_grid_row_wraps_a_plain_model_and_records_its_scales(tmp_path, cache_dir):
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     grid = {"name": "post", "n": 16, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 2},
             "attacks": {"mifgsm": {}},

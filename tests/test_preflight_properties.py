@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.params import Param
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 CI = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
@@ -130,7 +130,7 @@ class Reached(AssertionError):
 @pytest.fixture
 def spies(monkeypatch):
     """Trainer, crafting and run store that fail the test if a case ever reaches them."""
-    from advtransfer import cell, runner, store
+    from advtransfer.run import cell, runner, store
     from advtransfer.models import zoo
 
     def stop(what):
@@ -201,7 +201,7 @@ def test_random_attack_parameter_and_value(data, tmp_path_factory):
     attack, key = data.draw(st.sampled_from(CASES), label="case")
     value = data.draw(invalid_values(grid_params(attack)[key]), label="value")
     with _pytest.MonkeyPatch.context() as mp:
-        from advtransfer import cell, runner, store
+        from advtransfer.run import cell, runner, store
 
         def stop(*_a, **_k):
             raise Reached("a bad value got past the preflight")

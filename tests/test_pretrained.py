@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 # A tiny open_clip architecture (random init only): 64 px input so that 32×32 images are resized.
 TINY_CLIP = {"embed_dim": 64,
@@ -37,7 +37,7 @@ def zoo_dir(tmp_path, monkeypatch, cache_dir):
     """A zoo of the ci models plus the pretrained test entries above."""
     import os
 
-    from advtransfer.resources import catalogue_dirs
+    from advtransfer.core.resources import catalogue_dirs
 
     d = tmp_path / "zoo"
     d.mkdir()
@@ -203,7 +203,7 @@ def test_imagenet_style_grid_with_random_init_models(tmp_path, zoo_dir, monkeypa
     """The whole ImageNet path offline: an image folder as the `imagenet` dataset, a timm model
     (random init, its own data config) as surrogate, a tiny CLIP zero-shot model as a victim."""
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     _write_images(tmp_path / "imagenet", "index")
     monkeypatch.setenv("ADVTRANSFER_IMAGENET", str(tmp_path / "imagenet"))

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import cifar_hub
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,9 +50,9 @@ def zoo(tmp_path, monkeypatch, cache_dir):
 
 def _saved_state(tmp_path, arch: str, seed: int = 1):
     """A random-init state dict of ``arch`` saved with torch.save; (path, state, sha256 prefix)."""
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
-    from advtransfer.rng import seeded
+    from advtransfer.core.rng import seeded
 
     with seeded(seed):  # the caller's random stream is left as it was
         state = cifar_hub.build_net(arch).state_dict()
@@ -124,7 +124,7 @@ def test_zoo_train_cards_a_weights_file(zoo, tmp_path, monkeypatch, capsys):
     """`advtransfer zoo train <name>` loads and cards an entry (here from a local weights file)."""
     from advtransfer.cli import main
     from advtransfer.models import loading, zoo as z
-    from advtransfer.utils import sha256_file
+    from advtransfer.core.utils import sha256_file
 
     monkeypatch.setattr(loading, "_EVAL_IMAGES", 100)  # wiring only
     path, _, prefix = _saved_state(tmp_path, "resnet20")
@@ -270,7 +270,7 @@ def test_robustbench_missing_package_is_one_line(zoo, monkeypatch):
 
 def test_public_victims_file_parses(tmp_path, monkeypatch):
     from advtransfer.models.catalogue import load_specs
-    from advtransfer.resources import catalogue_dirs
+    from advtransfer.core.resources import catalogue_dirs
 
     d = tmp_path / "only"
     d.mkdir()

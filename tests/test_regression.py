@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from advtransfer.attacks import SurrogateSet, create_attack
-from advtransfer.metrics import labels as predict
+from advtransfer.core.metrics import labels as predict
 
 
 def _asr(model, x, x_adv, y) -> float:
@@ -47,7 +47,7 @@ def test_run_cell_is_pure_and_agrees_with_the_attack(trained, test_data):
     """cell.run_cell crafts once and evaluates each victim on the same examples, touching no file
     and no global random state; its per-image records add up to the row's counts."""
     from advtransfer.attacks.base import CraftContext
-    from advtransfer.cell import run_cell
+    from advtransfer.run.cell import run_cell
 
     x, y, idx = test_data
     x, y, idx = x[:60], y[:60], idx[:60]

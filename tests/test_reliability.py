@@ -33,7 +33,7 @@ def tiny(tmp_path_factory, trained):
     grid = write_grid(tmp / "tiny.yaml", surrogates=["resnet20_a"], victims=["resnet20_b", "vgg_a"],
                       attacks={"ifgsm": {}, "mifgsm": {}}, eps=["8/255"], n=20)
     from advtransfer.grid import load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     ref = run_grid(load_grid(str(grid)), tmp / "ref", progress=False, log=lambda _m: None)
     return {"grid": grid, "ref": ref, "tmp": tmp}
@@ -122,7 +122,7 @@ def test_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_does_not
     from advtransfer.cli import main
 
     run = tiny["tmp"] / "locked"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom advtransfer.lock import RunLock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom advtransfer.core.lock import RunLock\n"
                                "lock = RunLock(sys.argv[1], 'advtransfer grid (holder)').__enter__()\nprint('held', flush=True)\n"
                                "time.sleep(600)\n", str(run)], cwd=REPO, env=_env(), stdout=subprocess.PIPE, text=True)
     try:
@@ -143,7 +143,7 @@ def test_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_does_not
         holder.wait()
     assert (run / "lock.json").exists()
     from advtransfer.grid import load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     run_grid(load_grid(str(tiny["grid"])), run, progress=False, log=lambda _m: None)  # takes the stale lock
     _same_as_reference(run, tiny["ref"])
@@ -153,13 +153,13 @@ def test_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_does_not
 def test_a_second_command_in_the_holders_first_instant_still_names_it(tmp_path):
     """The holder takes the OS lock, then writes lock.json: a second command that arrives in
     between waits for the name instead of printing an unnamed holder (CI saw that race)."""
-    from advtransfer.errors import UserError
-    from advtransfer.lock import RunLock
+    from advtransfer.core.errors import UserError
+    from advtransfer.core.lock import RunLock
 
     run = tmp_path / "race"
     run.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
-                               "import advtransfer.lock as L\n"
+                               "import advtransfer.core.lock as L\n"
                                "lk = FileLock(sys.argv[1] + '/' + L.LOCK_FILE, timeout=0); lk.acquire()\n"
                                "print('locked', flush=True); time.sleep(0.5)\n"
                                "import json, os\nopen(sys.argv[1] + '/' + L.HOLDER_FILE, 'w').write(json.dumps("
@@ -231,7 +231,7 @@ def test_analyses_refuse_a_corrupt_per_image_table(tiny):
 
 
 def test_checksums_tell_good_from_damaged_files(tmp_path):
-    from advtransfer.utils import atomic_path, checksum_matches
+    from advtransfer.core.utils import atomic_path, checksum_matches
 
     p = tmp_path / "t.bin"
     with atomic_path(p, checksum=True) as tmp:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import get_spec
 from advtransfer.models.catalogue import REPLICATE_SEED_STEP, replicate_name, split_checkpoint, split_replicate
 

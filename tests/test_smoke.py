@@ -4,7 +4,7 @@ import torch
 
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.data import eval_subset, load_cifar10
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 
 def test_cifar10_official_order_and_range():

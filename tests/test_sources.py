@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import advtransfer
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.models.collections import MemberCollection
 
@@ -57,7 +57,7 @@ def test_resolve_tags_each_kind_once(sources_zoo):
 
 
 def test_load_model_returns_the_collection_a_grid_attacks(sources_zoo):
-    from advtransfer.cellrunner import ModelCache, surrogate_key, surrogate_params
+    from advtransfer.run.cellrunner import ModelCache, surrogate_key, surrogate_params
 
     zoo.ensure_trained(["src_csgld", "src_single"], "ci", progress=False, log=lambda *_: None)
     card = zoo.read_card("src_csgld", "ci")

@@ -8,7 +8,7 @@ import pytest
 
 from advtransfer.analysis.stats import (compare_paired, holm, mcnemar_exact, newcombe_paired_ci,
                                         paired_bootstrap_ci, stratified_paired_test, verdict)
-from advtransfer.metrics import wilson_interval
+from advtransfer.core.metrics import wilson_interval
 
 
 def test_mcnemar_exact_by_hand():

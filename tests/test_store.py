@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advtransfer.store import RunStore
+from advtransfer.run.store import RunStore
 
 
 def _rows(cell: str) -> pd.DataFrame:
@@ -34,7 +34,7 @@ def test_a_newer_cell_of_the_same_entry_supersedes_the_older_in_the_table(tmp_pa
 
     import pandas as pd
 
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     logs = []
     store = RunStore(tmp_path, logs.append)

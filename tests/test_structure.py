@@ -1,6 +1,13 @@
 """Package structure: no import cycle between modules, not even through imports inside functions
-(the old uap <-> plots cycle was of that kind), and the attack layer does not depend on the model
-store or on the analysis layer."""
+(the old uap <-> plots cycle was of that kind), and the folders are layers, bottom to top:
+
+- core/       imports nothing of the package but core/ (and the package root's __version__)
+- data/       datasets and their variants, on core/
+- attacks/    on core/ and data/ only: not the model store, training, grids, runs, analysis or the CLI
+- models/, training/, grid/, plugins.py (which reaches every registry to fill it)
+- run/        a grid run: may use everything below it, never analysis/ or cli/
+- analysis/   reads run folders: of run/ only run.store (the run folder's files), never cli/
+- cli/        the commands: may use everything; nothing imports it (but __main__)"""
 from __future__ import annotations
 
 import ast
@@ -82,14 +89,40 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def _in(mod: str, *pkgs: str) -> bool:
+    """Whether ``mod`` is one of the packages or modules ``pkgs`` or inside one of them."""
+    return any(mod == p or mod.startswith(p + ".") for p in pkgs)
+
+
+A = "advtransfer"
+# plugins.py loads the user's code into every registry, the measures' included (issue 58): the one
+# module outside analysis/ and cli/ that imports analysis/, and only the measure registry
+FILLS_A_REGISTRY = {("advtransfer.plugins", "advtransfer.analysis.measures.registry")}
+
+
 def test_layers():
     graph = _graph()
     for mod, deps in graph.items():
-        if mod.startswith("advtransfer.attacks"):
-            bad = [d for d in deps if d.startswith(("advtransfer.models", "advtransfer.analysis", "advtransfer.runner"))]
-            assert not bad, f"{mod} (attack layer) imports {bad}"
-        if not mod.startswith("advtransfer.analysis") and mod not in ("advtransfer.cli",):
-            bad = [d for d in deps if d.startswith("advtransfer.analysis")]
+        if _in(mod, f"{A}.core"):
+            bad = [d for d in deps if not (_in(d, f"{A}.core") or d == A)]
+            assert not bad, f"{mod} (core: the bottom layer) imports {bad}"
+        if _in(mod, f"{A}.data"):
+            bad = [d for d in deps if not (_in(d, f"{A}.core", f"{A}.data") or d == A)]
+            assert not bad, f"{mod} (data layer) imports {bad}"
+        if _in(mod, f"{A}.attacks"):
+            bad = [d for d in deps if not (_in(d, f"{A}.core", f"{A}.data", f"{A}.attacks") or d == A)]
+            assert not bad, f"{mod} (attack layer) imports {bad}: it runs on core/ and data/ only"
+        if _in(mod, f"{A}.run"):
+            bad = [d for d in deps if _in(d, f"{A}.analysis", f"{A}.cli")]
+            assert not bad, f"{mod} (run layer) imports {bad}: analysis reads run folders, the CLI calls the run"
+        if _in(mod, f"{A}.analysis"):
+            bad = [d for d in deps if _in(d, f"{A}.cli") or (_in(d, f"{A}.run") and d != f"{A}.run.store")]
+            assert not bad, f"{mod} (analysis layer) imports {bad}: of the run layer it reads run.store only"
+        if not _in(mod, f"{A}.cli", f"{A}.__main__"):
+            bad = [d for d in deps if _in(d, f"{A}.cli")]
+            assert not bad, f"{mod} imports the CLI {bad}: the commands are the top layer"
+        if not _in(mod, f"{A}.analysis", f"{A}.cli"):
+            bad = [d for d in deps if _in(d, f"{A}.analysis") and (mod, d) not in FILLS_A_REGISTRY]
             assert not bad, f"{mod} imports the analysis layer {bad}: analysis reads run folders, nothing depends on it"
 
 
@@ -99,8 +132,8 @@ def test_detects_a_planted_cycle():
 
 
 # model code: what builds, trains, loads or attacks a network (the report must not reach it)
-MODEL_CODE = ("advtransfer.models", "advtransfer.attacks", "advtransfer.training", "advtransfer.runner",
-              "advtransfer.cellrunner", "advtransfer.analysis.measures.distortion",
+MODEL_CODE = ("advtransfer.models", "advtransfer.attacks", "advtransfer.training", "advtransfer.run.runner",
+              "advtransfer.run.cellrunner", "advtransfer.analysis.measures.distortion",
               "advtransfer.analysis.measures.blackbox", "advtransfer.analysis.measures.knowledge",
               "advtransfer.analysis.measures.fit")
 
@@ -129,10 +162,10 @@ def test_analysis_layers():
     for mod in ("advtransfer.analysis.stats", "advtransfer.analysis.pooling", "advtransfer.analysis.runs"):
         bad = sorted(d for d in _closure(graph, mod)
                      if d.startswith(("advtransfer.analysis.measures", "advtransfer.analysis.report",
-                                      "advtransfer.analysis.cli", *MODEL_CODE)))
+                                      "advtransfer.cli", *MODEL_CODE)))
         assert not bad, f"{mod} (shared helpers) imports {bad}"
     for mod in (m for m in graph if m.startswith("advtransfer.analysis.measures")):
-        bad = sorted(d for d in graph[mod] if d.startswith(("advtransfer.analysis.report", "advtransfer.analysis.cli")))
+        bad = sorted(d for d in graph[mod] if d.startswith(("advtransfer.analysis.report", "advtransfer.cli")))
         assert not bad, f"{mod} (a measure) imports {bad}: a measure writes tables, the report and commands use it"
 
 

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from advtransfer.attacks import ATTACKS, ModelCollection, Objective, SurrogateSet, create_attack
 from advtransfer.attacks.fingerprint import INPUTS, SMALL, TinyClip, default_inputs, fixed_input
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models.collections import MemberCollection, PosteriorSmoothing
 
 

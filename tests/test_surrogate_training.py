@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from advtransfer.attacks import ATTACKS, create_attack
 from advtransfer.attacks.base import SurrogateSet
 from advtransfer.models.collections import MemberCollection, build_collection
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
 from advtransfer.training.csgld import csgld_lr, cycle_position, sample_steps
@@ -381,7 +381,7 @@ def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):
     import yaml
 
     from advtransfer.grid import load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     grid = {"name": "st", "n": 10, "size": "ci", "batch_size": 10, "eps": ["8/255"], "defaults": {"steps": 2},
             "attacks": {"ifgsm": {}},

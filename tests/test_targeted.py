@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from advtransfer.attacks import Objective, SurrogateSet, create_attack
 from advtransfer.attacks.base import CraftContext, potrip_loss
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 EPS = 16 / 255
 

@@ -8,7 +8,7 @@ import yaml
 
 from advtransfer.attacks import SurrogateSet, create_attack
 from advtransfer.data import eval_subset, load_cifar10
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_universal_parameters_are_checked():
 
 def test_universal_cells_through_the_grid(tmp_path, trained):
     from advtransfer.cli import main
-    from advtransfer.store import RunStore
+    from advtransfer.run.store import RunStore
 
     trained("resnet20_a"), trained("vgg_a")
     grid = {

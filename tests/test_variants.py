@@ -14,8 +14,8 @@ import torch
 import yaml
 
 from advtransfer.data import load_cifar10, load_dataset
-from advtransfer.errors import UserError
-from advtransfer.variants import BALANCE_LEVELS, OUT_OF_TASK, DataVariant, apply_variant, shift_images
+from advtransfer.core.errors import UserError
+from advtransfer.data.variants import BALANCE_LEVELS, OUT_OF_TASK, DataVariant, apply_variant, shift_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +117,7 @@ def test_information_maximisation_prefers_confident_diverse_predictions():
 def test_evaluation_scores_a_downstream_victim_on_its_own_labels():
     """Success = the victim's own prediction changes from correct; out-of-task images never count."""
     from advtransfer.attacks.base import Crafted
-    from advtransfer.cell import evaluate_victim
+    from advtransfer.run.cell import evaluate_victim
 
     class Fixed(torch.nn.Module):  # predicts per image from a lookup on the first pixel
         def __init__(self, table, k):

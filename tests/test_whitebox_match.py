@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from advtransfer.analysis.measures.whitebox_match import _interp, check_same_weights
-from advtransfer.errors import UserError
+from advtransfer.core.errors import UserError
 
 
 def test_interpolation_on_the_ladder():
@@ -89,7 +89,7 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
     it (then NaN, as bootstrap_interval documents)."""
     from advtransfer.cli import main
     from advtransfer.grid import load_grid
-    from advtransfer.runner import run_grid
+    from advtransfer.run.runner import run_grid
 
     trained("resnet20_a"), trained("vgg_a")
     common = {"dataset": "cifar10", "n": 60, "size": "ci", "batch_size": 60, "defaults": {"steps": 5},

@@ -23,7 +23,7 @@ class Images:
     sorted union of the test-image indices of the cells in ``res``)."""
 
     def __init__(self, run_dir: str | Path, res: pd.DataFrame) -> None:
-        from ..store import RunStore
+        from ..run.store import RunStore
 
         self.store = RunStore(run_dir)
         self._cache: dict[str, pd.DataFrame] = {}

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 # columns a run from before matched baselines and replicates lacks (read_results fills them in)
 BASELINE_COLUMNS = ("baseline_for", "match", "replicate", "surrogate_base")
@@ -18,7 +18,7 @@ BASELINE_COLUMNS = ("baseline_for", "match", "replicate", "surrogate_base")
 def read_results(run_dir: str | Path) -> pd.DataFrame:
     """``RUN/results.parquet`` with the analysis defaults for columns older runs lack
     (``replicate`` 0, ``surrogate_base`` = ``surrogate``, ``match`` 'none', ``baseline_for`` '')."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     run = Path(run_dir)
     if not run.is_dir():
@@ -41,7 +41,7 @@ def read_results(run_dir: str | Path) -> pd.DataFrame:
 
 def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """(results table, manifest) of a run folder; UserError if it is not one or a file is damaged."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -53,7 +53,7 @@ def run_context(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 def read_samples(run_dir: str | Path) -> pd.DataFrame:
     """All per-image tables of a run concatenated, each checked against its checksum (empty
     frame when there are none)."""
-    from ..store import RunStore
+    from ..run.store import RunStore
 
     return RunStore(run_dir).all_samples()
 
@@ -117,3 +117,24 @@ def format_pct(df: pd.DataFrame, cols: list[str], fmt: Callable[[float], str] = 
         if c in df.columns:
             df[c] = df[c].map(lambda v: "" if pd.isna(v) else fmt(v))
     return df
+
+
+#: folder under a run folder where registered measures (analysis/measures/registry.py) write their tables
+MEASURES_DIR = "measures"
+
+
+def measured(run_dir: str | Path) -> list[tuple[dict, Path]]:
+    """(record, parquet path) of every measure table in ``RUN/measures/``, sorted by name."""
+    import json
+
+    out = Path(run_dir) / MEASURES_DIR
+    found = []
+    for js in sorted(out.glob("*.json")) if out.is_dir() else []:
+        pq = js.with_suffix(".parquet")
+        if pq.is_file():
+            try:
+                rec = json.loads(js.read_text())
+            except ValueError:
+                raise UserError(f"{js} is damaged; run `advtransfer measure {run_dir} {js.stem}` again") from None
+            found.append((rec, pq))
+    return found

@@ -71,7 +71,7 @@ def newcombe_paired_ci(a: int, b: int, c: int, d: int, conf: float = 0.95) -> tu
     n = a + b + c + d
     if n == 0:
         return (math.nan, math.nan)
-    from ..metrics import wilson_interval  # the harness's one Wilson interval (imported here: it loads torch)
+    from ..core.metrics import wilson_interval  # the harness's one Wilson interval (imported here: it loads torch)
 
     p1, p2 = (a + b) / n, (a + c) / n
     z = _z(conf)

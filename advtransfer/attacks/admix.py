@@ -7,7 +7,7 @@ import functools
 
 import torch
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import CraftContext, Crafted, SurrogateSet, register_attack
 from .params import Param
 from .iterative import CopyAveragedAttack

@@ -16,9 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
-from ..registry import Registry
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.registry import Registry
+from ..core.utils import parse_fraction
 from .collection import ModelCollection
 from .params import CellView, Param
 
@@ -77,7 +77,7 @@ class CraftContext:
     device: str = "cpu"
     train_data: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     progress: Callable[[int], None] | None = None
-    precision: str = "fp32"  # autocast of the surrogate passes (advtransfer.accel)
+    precision: str = "fp32"  # autocast of the surrogate passes (advtransfer.core.accel)
     log: Callable[[str], None] | None = None  # told of batches halved on out-of-memory
     load_model: Callable[[str], nn.Module] | None = None  # a zoo model by name (a generator's CLIP model)
 
@@ -91,7 +91,7 @@ class Crafted:
     ``target``: target labels (N') for targeted attacks; ``grad_evals``: surrogate forward+backward
     passes per image; ``craft_s``: wall time; ``tensors``: extra tensors cached with the cell (a
     universal δ); ``fields``: the kind's extra row fields (JSON-able values; see
-    :mod:`advtransfer.schema` for their defaults in other rows).
+    :mod:`advtransfer.core.schema` for their defaults in other rows).
     """
 
     x_adv: torch.Tensor
@@ -387,7 +387,7 @@ class Attack:
     kind = "gradient"
     version = 0
     #: True for attacks that hook into the surrogate's layers: they never get a compiled model
-    #: (advtransfer.accel), whose graph would not see hooks added after compilation
+    #: (advtransfer.core.accel), whose graph would not see hooks added after compilation
     hooks_model = False
     norms: tuple[str, ...] = ("linf", "l2")
     default_steps = 10
@@ -562,7 +562,7 @@ class Attack:
             x_all, y_all, index, target = x_all[keep], y_all[keep], index[keep], target[keep]
         goal = target if target is not None else y_all
         evals = 0
-        from ..accel import BatchPlan, autocast
+        from ..core.accel import BatchPlan, autocast
 
         def chunk(s: int, e: int) -> torch.Tensor:
             nonlocal evals
@@ -617,7 +617,7 @@ def take_extra(attack: Attack, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The attack's defaults overridden by ``kwargs``, each value judged by its declared
     :class:`~.params.Param` (type and range); unknown names (with close matches) and values it
     does not take are a UserError."""
-    from ..registry import suggest
+    from ..core.registry import suggest
 
     declared = attack.parameters
     unknown = sorted(set(kwargs) - set(declared))

@@ -15,7 +15,7 @@ class BIA(GenerativeAttack):
 
     def init_extra(self, **kwargs):
         if self.targeted:
-            from ..errors import UserError
+            from ..core.errors import UserError
 
             raise UserError(f"attack {self.name!r} is untargeted (a feature-distance loss); for a targeted "
                             f"generator use cda with targeted: true, cgnc or dual_flow")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import register_attack
 from .params import Param
 from .features import FeatureLevelAttack, FeatureTap, candidate_layers, check_plain

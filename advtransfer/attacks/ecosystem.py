@@ -2,7 +2,7 @@
 ``ATTACK_REGISTRY`` of the PyPI package) and ``torchattacks:<Name>`` (the classes torchattacks
 exports), e.g. ``torchattack:MIFGSM``, ``torchattacks:VMIFGSM``.
 
-A name is resolved on first use (:meth:`advtransfer.registry.Registry.add_resolver`): the library
+A name is resolved on first use (:meth:`advtransfer.core.registry.Registry.add_resolver`): the library
 is imported then, and its class becomes a registered attack of kind ``gradient`` whose parameters
 are the class's own, read from its signature (names and defaults; unknown names are refused with
 close matches). The harness sets ``eps`` (``max_epsilon`` in torchattacks' PI-FGSM), ``steps``
@@ -54,8 +54,8 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
-from ..registry import UnknownNameError, suggest
+from ..core.errors import UserError
+from ..core.registry import UnknownNameError, suggest
 from .base import ATTACKS, Attack, SurrogateCall, register_attack
 
 LIBRARIES = ("torchattack", "torchattacks")
@@ -308,7 +308,7 @@ class LibraryAttack(Attack):
 
     # --- building the library's attack ----------------------------------------------------------
     def _kwargs(self, model: nn.Module, device: torch.device, num_classes: int, seed: int) -> dict[str, Any]:
-        from ..utils import parse_fraction
+        from ..core.utils import parse_fraction
 
         sig = _signature(self.lib_cls)
         kw: dict[str, Any] = {}

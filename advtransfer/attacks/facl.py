@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import register_attack
 from .params import Param
 from .generative import GenerativeAttack, TrainState
@@ -73,7 +73,7 @@ class FACL(GenerativeAttack):
         lo, hi = float(extra["band_low"]), float(extra["band_high"])
         if not lo < hi:
             raise UserError(f"attack {self.name!r}: band_low must lie below band_high, got {lo} and {hi}")
-        from ..utils import parse_fraction
+        from ..core.utils import parse_fraction
 
         self._sigma = parse_fraction(extra["fadr_sigma"], "fadr_sigma")
         return extra

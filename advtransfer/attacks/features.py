@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 #: layer specs that are not module names
 SPECIAL_LAYERS = ("auto", "penultimate")
@@ -100,7 +100,7 @@ def resolve_layer(model: nn.Module, spec: str, input_shape: Sequence[int] = (3, 
             raise UserError(f"{model_name} has no linear layer for 'penultimate'")
         return linear[-1]
     if spec not in names:
-        from ..registry import suggest
+        from ..core.registry import suggest
 
         raise UserError(f"{model_name}: " + suggest(spec, names + list(SPECIAL_LAYERS), "layer")
                         + f" (advtransfer layers {model_name} lists them)")

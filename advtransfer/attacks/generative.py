@@ -36,8 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
-from ..schema import CRAFT_FIT_IMAGES
+from ..core.errors import UserError
+from ..core.schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, Perturbed, SurrogateCall, SurrogateSet, take_extra
 from .params import Param
 from .features import SPECIAL_LAYERS, check_plain, taps
@@ -339,7 +339,7 @@ class GenerativeAttack(Attack):
             ts = (torch.full_like(ys, self.target) if _is_class(self.target) else
                   make_targets(ys, torch.arange(len(ys)), self.seed + 1, int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])))
         xa = self.apply(G, xs, ts, ctx.batch_size, ctx.device)
-        from ..metrics import predict_batched
+        from ..core.metrics import predict_batched
 
         pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
         pa = predict_batched(S.predict, xa, ctx.batch_size, ctx.device)

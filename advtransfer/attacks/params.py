@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.utils import parse_fraction
 
 if TYPE_CHECKING:
     import torch.nn as nn

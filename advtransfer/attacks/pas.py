@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import register_attack
 from .params import Param
 from .iterative import IterativeAttack

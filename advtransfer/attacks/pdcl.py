@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import CraftContext, register_attack
 from .params import Param
 from .generative import GenerativeAttack, TrainState

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 
 class _GradScale(torch.autograd.Function):
@@ -229,7 +229,7 @@ def _start_layer(model: nn.Module, start: str | Callable[[nn.Module], str]) -> t
     name = start(model) if callable(start) else start
     names = [n for n, _ in model.named_modules()]
     if name not in names:
-        from ..registry import suggest
+        from ..core.registry import suggest
 
         raise UserError("linbp: " + suggest(name, names, "layer"))
     return name, names.index(name), {n: k for k, n in enumerate(names)}

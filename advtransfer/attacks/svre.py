@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..utils import parse_fraction
+from ..core.utils import parse_fraction
 from .base import Attack, SurrogateCall, register_attack, take_extra
 from .params import Param
 from .ops import ascent_direction, normalize, project

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import register_attack
 from .params import Param
 from .iterative import IterativeAttack

@@ -125,7 +125,7 @@ def authors_draw_lengths(total: int, parts: int, g: torch.Generator) -> list[int
     axis; see :func:`authors_lengths`. A length below one pixel is a UserError."""
     lens = authors_lengths(2.0 - torch.rand(parts, generator=g, dtype=torch.float64), total)
     if min(lens) < 1:
-        from ..errors import UserError
+        from ..core.errors import UserError
 
         raise UserError(f"bsr: {parts} blocks do not fit in {total} pixels")
     return lens
@@ -234,7 +234,7 @@ class BlockShuffleRotation:
     def __init__(self, gens: list[torch.Generator], blocks: int = 2, degrees: float = 24.0,
                  form: str = "authors") -> None:
         if form not in BSR_FORMS:
-            from ..errors import UserError
+            from ..core.errors import UserError
 
             raise UserError(f"bsr: form must be one of {', '.join(BSR_FORMS)}, got {form!r}")
         self.gens, self.blocks, self.degrees, self.form = gens, int(blocks), float(degrees), form

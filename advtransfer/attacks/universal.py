@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
-from ..metrics import predict_batched
-from ..schema import CRAFT_FIT_IMAGES
+from ..core.errors import UserError
+from ..core.metrics import predict_batched
+from ..core.schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, Objective, Perturbed, SurrogateCall, SurrogateSet, take_extra
 from .params import Param
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UserError
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.utils import parse_fraction
 from .spec import AttackEntry, GridSpec
 
 #: the baseline every other per-image attack is matched against: MI-FGSM on the logit ensemble

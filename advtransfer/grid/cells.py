@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..utils import eps_to_str, short_hash
+from ..core.utils import eps_to_str, short_hash
 from .budget import BASELINE_ATTACK, is_baseline, matched_baseline, resolve_attack
 from .spec import AUX_MODEL_KEYS, AttackEntry, GridSpec, SurrogateEntry
 

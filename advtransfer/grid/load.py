@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from ..config import SIZES, default_size
-from ..errors import UserError
-from ..registry import suggest
-from ..resources import grids_dir
-from ..utils import parse_fraction
+from ..core.config import SIZES, default_size
+from ..core.errors import UserError
+from ..core.registry import suggest
+from ..core.resources import grids_dir
+from ..core.utils import parse_fraction
 from .spec import AttackEntry, GridSpec, SurrogateEntry
 
 GRID_KEYS = {"plugins", "craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",

@@ -4,7 +4,7 @@ A spec comes from a grid file (:func:`advtransfer.grid.load_grid`) or is built i
 way :meth:`GridSpec.validate` judges every value it holds (types, ranges, names against the attack
 registry and the zoo catalogue) and :meth:`GridSpec.with_overrides` applies the CLI's flags and
 validates again. What needs the machine or the data (device, run folder, images, checkpoints, each
-cell's attack parameters) is :func:`advtransfer.validate.preflight`'s, which :func:`run_grid` runs.
+cell's attack parameters) is :func:`advtransfer.run.validate.preflight`'s, which :func:`run_grid` runs.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 #: how a matched baseline is matched: same step size and steps, or same step size and gradient evaluations
 MATCH_KINDS = ("step", "evals")
@@ -94,11 +94,11 @@ class GridSpec:
     source: str = ""
     raw: dict = field(default_factory=dict)
     matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
-    executor: str = "serial"         # who runs the cells (advtransfer.executors); never enters a cell id
+    executor: str = "serial"         # who runs the cells (advtransfer.run.executors); never enters a cell id
     workers: int | None = None       # local executor: worker processes
     craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
-    precision: str = "fp32"          # autocast of the crafting passes (advtransfer.accel); enters the cell id if not fp32
-    compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.accel); no cell id
+    precision: str = "fp32"          # autocast of the crafting passes (advtransfer.core.accel); enters the cell id if not fp32
+    compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.core.accel); no cell id
     reference: str | None = None     # the surrogate `compare` and the report compare every other surrogate with
     description: str = ""
     defaults: dict = field(default_factory=dict)  # attack parameters of every entry (and of --attack NAME not listed)
@@ -204,7 +204,7 @@ class GridSpec:
     def _check_size_params(self, a: AttackEntry) -> None:
         """``sizes: {converged: {gammas: [...]}}`` in an attack's parameters: values that replace the
         attack's for one zoo size (a path searched on that size's surrogate)."""
-        from ..config import SIZES
+        from ..core.config import SIZES
 
         by_size = a.params.get("sizes")
         if by_size is None:
@@ -242,8 +242,8 @@ class GridSpec:
                    f"with), got {ref!r}")
 
     def _check_run_options(self) -> None:
-        from ..accel import COMPILE_MODES, PRECISIONS
-        from ..config import EXECUTORS, SIZES
+        from ..core.accel import COMPILE_MODES, PRECISIONS
+        from ..core.config import EXECUTORS, SIZES
 
         self._one_of("executor", EXECUTORS)
         if self.workers is not None:
@@ -297,7 +297,7 @@ def _check_weights(w: Any, n_models: int, src: str, who: Any) -> None:
 
 def _check_models(spec: GridSpec) -> None:
     """Every model the grid names is a zoo entry; a generator's CLIP model is a CLIP entry; models
-    with their own label set (advtransfer.variants) are untargeted victims only."""
+    with their own label set (advtransfer.data.variants) are untargeted victims only."""
     from ..models.zoo import get_spec, load_specs
 
     specs = load_specs()

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..registry import Registry
+from ..core.registry import Registry
 
 ARCHS: Registry[Callable[..., nn.Module]] = Registry("architecture")
 

@@ -14,9 +14,9 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from ..config import default_size
-from ..errors import UserError
-from ..utils import atomic_write_text
+from ..core.config import default_size
+from ..core.errors import UserError
+from ..core.utils import atomic_write_text
 from .catalogue import ModelSpec
 from .store import card_path
 
@@ -32,7 +32,7 @@ def make_card(spec: ModelSpec, size: str, *, recipe: dict | None, members: Seque
     pretrained entries); ``clean_acc`` is a fraction on ``clean_acc_images`` (e.g. "test 0-999");
     ``train_s`` in seconds; ``extra`` adds kind-specific keys (``pretrained``, ``meta``,
     ``epochs_kept``, ``checkpoint_of``, ``load_s``)."""
-    from ..utils import versions
+    from ..core.utils import versions
 
     card = {
         "card_version": CARD_VERSION, "name": name or spec.name, "arch": spec.arch_at(size)[0], "arch_kwargs": spec.arch_at(size)[1],

@@ -10,12 +10,12 @@ from typing import Any, Iterable
 
 import yaml
 
-from ..config import SIZES, zoo_catalogue_dirs
-from ..errors import UserError
-from ..registry import suggest
-from ..resources import catalogue_dirs
-from ..rng import seeded
-from ..utils import short_hash
+from ..core.config import SIZES, zoo_catalogue_dirs
+from ..core.errors import UserError
+from ..core.registry import suggest
+from ..core.resources import catalogue_dirs
+from ..core.rng import seeded
+from ..core.utils import short_hash
 from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 
 
@@ -66,9 +66,9 @@ class ModelSpec:
         return sz.get("arch", self.arch), sz.get("arch_kwargs", {} if "arch" in sz else self.arch_kwargs)
 
     def data_variant(self, size: str):
-        """The training-data variant of the recipe at ``size`` (:class:`advtransfer.variants.DataVariant`);
+        """The training-data variant of the recipe at ``size`` (:class:`advtransfer.data.variants.DataVariant`);
         a defended entry has its base's, a pretrained entry the default."""
-        from ..variants import DataVariant
+        from ..data.variants import DataVariant
 
         if self.defence is not None:
             return get_spec(self.base).data_variant(size)
@@ -77,7 +77,7 @@ class ModelSpec:
         return DataVariant.from_recipe(self.resolved_recipe(size), f"{self.source}: model {self.name!r}")
 
     def label_set(self) -> str:
-        """The label set the entry predicts (:data:`advtransfer.variants.LABEL_SETS`; the same at
+        """The label set the entry predicts (:data:`advtransfer.data.variants.LABEL_SETS`; the same at
         every size): ``cifar10`` (the dataset's own classes) unless its recipe declares another."""
         if self.defence is not None:
             return get_spec(self.base).label_set()
@@ -107,7 +107,7 @@ class ModelSpec:
 
             return {"base": self.base, "base_hash": get_spec(self.base).recipe_hash(size),
                     "defence": defence_identity(resolve(self.defence, self.source))}
-        from ..config import train_threads
+        from ..core.config import train_threads
 
         recipe = self.resolved_recipe(size)
         arch, arch_kwargs = self.arch_at(size)
@@ -123,7 +123,7 @@ class ModelSpec:
             # the hash so that models trained before then stay valid; any bump changes the hash
             ident["method_version"] = version
         if ident["recipe"].get("data"):  # how variants select and shift images is code: versioned
-            from ..variants import VERSION as variants_version
+            from ..data.variants import VERSION as variants_version
 
             ident["variants_version"] = variants_version
         base = ident["recipe"].get("init_from")
@@ -209,8 +209,8 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
         pass
     elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
         raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
-    else:  # a training-data variant (advtransfer.variants): checked here, its label set sizes the head
-        from ..variants import DataVariant
+    else:  # a training-data variant (advtransfer.data.variants): checked here, its label set sizes the head
+        from ..data.variants import DataVariant
 
         where = f"{source}: model {entry['name']!r}"
         rec = entry["recipe"]
@@ -229,7 +229,7 @@ def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
 
 def zoo_dirs() -> list[Path]:
     """Folders holding model YAML files: $ADVTRANSFER_ZOO (os.pathsep-separated), else the
-    shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.resources.catalogue_dirs`)."""
+    shipped ``surrogates/`` and ``victims/`` (see :func:`advtransfer.core.resources.catalogue_dirs`)."""
     return zoo_catalogue_dirs() or catalogue_dirs()
 
 

@@ -38,7 +38,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .archs import ImageClassifier
 
 # From the collection's CIFAR-10 training logs (the `data` block of the printed configuration).
@@ -389,7 +389,7 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
 def get(name: str) -> HubModel:
     """The pinned release of ``name``; a one-line UserError for an unknown name."""
     if name not in MODELS:
-        from ..registry import suggest
+        from ..core.registry import suggest
 
         raise UserError(suggest(name, list(MODELS), "cifar_hub model") + " (chenyaofo/pytorch-cifar-models, CIFAR-10)")
     return MODELS[name]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .loading import load_networks, load_states
 
 COLLECTION_OPTIONS = {"per_step": "weight sets drawn per attack iteration (gradients averaged)",

@@ -45,8 +45,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
-from ..metrics import ABSTAIN
+from ..core.errors import UserError
+from ..core.metrics import ABSTAIN
 
 
 #: code version of each kind: enters the entry's identity (bump when a kind's output changes)
@@ -67,7 +67,7 @@ def resolve(defence: Any, where: str = "") -> dict[str, Any]:
         raise UserError(f"{where}: defence must be a mapping with a kind ({', '.join(_PARAMS)})")
     kind = defence["kind"]
     if kind not in _PARAMS:
-        from ..registry import suggest
+        from ..core.registry import suggest
 
         raise UserError(f"{where}: " + suggest(str(kind), list(_PARAMS), "defence"))
     extra = set(defence) - set(_PARAMS[kind]) - {"kind", "draws"}

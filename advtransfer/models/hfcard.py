@@ -18,7 +18,7 @@ from typing import Iterable
 
 import yaml
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 #: the Hub's id of CIFAR-10 (the datasets the zoo is trained and measured on)
 HUB_DATASETS = {"cifar10": "uoft-cs/cifar10", "imagenet": "ILSVRC/imagenet-1k"}

@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
-from ..utils import sha256_file
+from ..core.errors import UserError
+from ..core.utils import sha256_file
 
 PREFIX = "hf-hub:"
 

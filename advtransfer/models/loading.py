@@ -4,7 +4,7 @@ card's clean accuracy is measured on (:func:`eval_split`, :func:`whole_test_accu
 an entry is, and how it is trained, loaded or carded, is :mod:`.sources`.
 
 Nothing here changes torch's global random state: networks are initialised under
-:func:`advtransfer.rng.seeded`.
+:func:`advtransfer.core.rng.seeded`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import os
 import torch
 import torch.nn as nn
 
-from ..config import default_size
-from ..errors import UserError
+from ..core.config import default_size
+from ..core.errors import UserError
 from .archs import ImageClassifier
 from .cards import read_card
 from .catalogue import ModelSpec, get_spec
@@ -25,7 +25,7 @@ _EVAL_IMAGES = 1000  # clean accuracy on test images 0..999
 
 def eval_split(dataset: str, data_dir, variant=None):
     """Test images 0..999 ``(x [0,1] N×3×H×W, y)`` of ``dataset``; with a training-data
-    ``variant`` (:mod:`advtransfer.variants`), in the model's own domain (its shift) and label
+    ``variant`` (:mod:`advtransfer.data.variants`), in the model's own domain (its shift) and label
     set, images outside its task left out."""
     from ..data import eval_subset, load_dataset
 
@@ -33,7 +33,7 @@ def eval_split(dataset: str, data_dir, variant=None):
     x, y, idx = eval_subset(test, min(_EVAL_IMAGES, len(test)))
     if variant is None or (variant.shift == "none" and variant.labels == "cifar10"):
         return x, y
-    from ..variants import shift_images
+    from ..data.variants import shift_images
 
     if variant.shift != "none":
         raw = shift_images(test.x[idx.numpy()], idx.numpy(), variant.shift)
@@ -58,7 +58,7 @@ def whole_test_accuracy(model: nn.Module, dataset: str = "cifar10", data_dir=Non
     would give it, ``all + (share rebuilt) · (lossless − lossless_jpeg)``, the number to hold
     against the literature's."""
     from ..data import load_dataset
-    from ..metrics import labels
+    from ..core.metrics import labels
 
     test = load_dataset(dataset, "test", data_dir)
     x, y, _ = test.tensors()
@@ -117,7 +117,7 @@ def instantiate(spec: ModelSpec, state: dict[str, torch.Tensor], where: str = ""
     for p in net.parameters():
         p.requires_grad_(False)
     if spec.label_set() != "cifar10":  # a downstream model: scored on its own labels
-        from ..variants import DataVariant
+        from ..data.variants import DataVariant
 
         net.label_map = DataVariant(labels=spec.label_set()).label_map()
     return net

@@ -68,7 +68,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 LOADERS = ("open_clip", "timm", "cifar_hub", "robustbench")
 ROBUSTBENCH_INSTALL = "pip install git+https://github.com/RobustBench/robustbench.git"
@@ -139,7 +139,7 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
                             f"{', '.join(ROBUSTBENCH_THREATS)}; got {pretrained.get('tag')!r}")
 
 
-def _weights_file(spec) -> str | None:
+def weights_file(spec) -> str | None:
     """The entry's local weights file: a path, or ``hf-hub:...`` fetched from the Hugging Face Hub
     (see :mod:`.hub`); checked against the entry's ``sha256`` when it gives one."""
     from .hub import hub_file, is_hub_ref
@@ -152,7 +152,7 @@ def _weights_file(spec) -> str | None:
         return str(hub_file(w, sha, f"model {spec.name!r}: weights"))
     path = Path(os.path.expandvars(str(w))).expanduser()
     if sha and path.is_file():
-        from ..utils import sha256_file
+        from ..core.utils import sha256_file
 
         if sha256_file(path) != sha:
             raise UserError(f"model {spec.name!r}: weights file {str(path)!r} does not match the sha256 "
@@ -315,7 +315,7 @@ def build_open_clip(spec, device: str = "cpu") -> ZeroShotCLIP:
     _register_inline_config(spec)
     if arch not in open_clip.list_models():
         raise UserError(f"model {spec.name!r}: open_clip has no architecture {arch!r} (see open_clip.list_models())")
-    weights = _weights_file(spec)
+    weights = weights_file(spec)
     random_init = bool(spec.pretrained.get("random_init"))
     pretrained = None if random_init else (weights or spec.pretrained.get("tag"))
     try:
@@ -349,7 +349,7 @@ def build_timm(spec, device: str = "cpu") -> TimmPreprocessed:
     _, arch = loader_of(spec.arch)
     tag = spec.pretrained.get("tag")
     name = f"{arch}.{tag}" if tag and "." not in arch else arch
-    weights = _weights_file(spec)
+    weights = weights_file(spec)
     random_init = bool(spec.pretrained.get("random_init"))
     kwargs = dict(spec.arch_kwargs)
     if spec.num_classes:
@@ -379,7 +379,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _check_prefix(path: str | os.PathLike, entry, what: str) -> None:
     """The sha256 of ``path`` must start with ``entry``'s pinned prefix (one-line UserError)."""
-    from ..utils import sha256_file
+    from ..core.utils import sha256_file
 
     digest = sha256_file(path)
     if not digest.startswith(entry.sha256_prefix):
@@ -421,7 +421,7 @@ def build_cifar_hub(spec, device: str = "cpu") -> nn.Module:
     model = cifar_hub.build(arch, 10)
     if spec.pretrained.get("random_init"):
         return model
-    weights = _weights_file(spec)
+    weights = weights_file(spec)
     if weights:
         _check_prefix(weights, entry, f"model {spec.name!r}: weights file")
         try:
@@ -438,7 +438,7 @@ def build_cifar_hub(spec, device: str = "cpu") -> nn.Module:
 
 
 def _robustbench_dir() -> Path:
-    from ..config import cache_dir
+    from ..core.config import cache_dir
 
     return cache_dir() / "robustbench"
 
@@ -486,7 +486,7 @@ def build_registered(spec, device: str = "cpu") -> nn.Module:
 
     model = ImageClassifier(build_arch(spec.arch, num_classes=spec.num_classes, **spec.arch_kwargs),
                             CIFAR10_MEAN, CIFAR10_STD)
-    weights = _weights_file(spec)
+    weights = weights_file(spec)
     if weights is None:
         return model
     try:
@@ -514,7 +514,7 @@ def build_pretrained(spec, device: str = "cpu") -> nn.Module:
     """The eval-mode module of a pretrained entry (weights frozen); see the module docstring.
     Torch's global random state is left unchanged (building initialises weights at random before
     loading any); a ``random_init`` entry is initialised from seed 0, for reproducible wiring tests."""
-    from ..rng import seeded
+    from ..core.rng import seeded
 
     kind, _ = loader_of(spec.arch)
     with seeded(0 if spec.pretrained.get("random_init") else None, device):

@@ -12,10 +12,10 @@ import math
 import os
 import shutil
 
-from ..errors import UserError
-from ..config import env, shipped_zoo_dir
-from ..resources import source_root
-from ..utils import atomic_path, atomic_write_text, sha256_file
+from ..core.errors import UserError
+from ..core.config import env, shipped_zoo_dir
+from ..core.resources import source_root
+from ..core.utils import atomic_path, atomic_write_text, sha256_file
 from .catalogue import get_spec, split_checkpoint
 from .collections import is_collection
 from .sources import declared, load_model

@@ -16,7 +16,7 @@ declares in the catalogue, without reading a card (trained, pretrained or defend
 that do not depend on it (its identity, how it is prepared, whether it has weights to ship).
 
 Nothing here changes torch's global random state: networks are initialised and trained under
-:func:`advtransfer.rng.seeded`.
+:func:`advtransfer.core.rng.seeded`.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from typing import Any, Callable, ClassVar, Iterable, Union
 
 import torch.nn as nn
 
-from ..config import default_size
-from ..errors import UserError
-from ..utils import sha256_file
+from ..core.config import default_size
+from ..core.errors import UserError
+from ..core.utils import sha256_file
 from .cards import make_card, read_card, write_card
 from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint, split_replicate
 from .collections import build_collection, build_posterior, is_collection
@@ -314,7 +314,7 @@ def declared(spec: ModelSpec) -> TrainedSource | PretrainedSource | DefendedSour
 def resolve(name: str | ModelSpec, size: str | None = None, cache: Cache = None,
             specs: dict[str, ModelSpec] | None = None) -> Source:
     """The tagged source of zoo entry ``name`` at ``size`` (default:
-    :func:`advtransfer.config.default_size`). With :func:`declared`, its catalogue half, the one
+    :func:`advtransfer.core.config.default_size`). With :func:`declared`, its catalogue half, the one
     place that decides whether an entry is trained, a collection, pretrained or defended: a
     trained entry whose card at ``size`` holds several weight sets (or a SWAG posterior) is a
     :class:`CollectionSource`; before it is trained it resolves as a :class:`TrainedSource`.
@@ -348,9 +348,9 @@ def _pretrained_sha(spec: ModelSpec, size: str) -> str:
     from .catalogue import plugin_code
     from .pretrained import loader_of
 
-    from .pretrained import _weights_file
+    from .pretrained import weights_file
 
-    weights = _weights_file(spec)  # a Hub reference: the fetched file
+    weights = weights_file(spec)  # a Hub reference: the fetched file
     sha = sha256_file(Path(weights)) if weights else spec.recipe_hash(size)
     kind, name = loader_of(spec.arch)
     code = plugin_code(name) if kind == "arch" else {}
@@ -395,7 +395,7 @@ def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.P
     import hashlib
     import json
 
-    from ..metrics import labels
+    from ..core.metrics import labels
     from .defences import identity as defence_identity, resolve
 
     size = size or default_size()
@@ -450,7 +450,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)
     if not variant.is_default:  # the declared source, balance, shift and label set
-        from ..variants import apply_variant
+        from ..data.variants import apply_variant
 
         train = apply_variant(train, variant, recipe.get("train_subset"))
     net = spec.build(size)
@@ -458,8 +458,8 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     if recipe.get("init_from"):
         ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
         head_reset = _load_start(net, load_model(recipe["init_from"], size, cache, member=0), spec, recipe["init_from"])
-    from ..config import train_threads
-    from ..rng import pinned_threads, provenance
+    from ..core.config import train_threads
+    from ..core.rng import pinned_threads, provenance
 
     if recipe.get("sources"):  # static source models (ensemble_at, pubdef): trained first, frozen
         ensure_trained(list(recipe["sources"]), size, cache, data_dir, device, progress)
@@ -529,8 +529,8 @@ def _load_start(net: nn.Module, start: nn.Module, spec: ModelSpec, source: str) 
 
 def train_lock(name: str, size: str, cache: Cache = None, log: Log = print):
     """The lock under which one process at a time prepares ``name`` at ``size`` in ``cache``
-    (:class:`advtransfer.lock.TrainLock`, a file in the cache's ``zoo/<size>/.locks/``)."""
-    from ..lock import TrainLock
+    (:class:`advtransfer.core.lock.TrainLock`, a file in the cache's ``zoo/<size>/.locks/``)."""
+    from ..core.lock import TrainLock
 
     return TrainLock(zoo_paths(name, size, cache)[0].parent / ".locks" / f"{name}.lock", name, log)
 
@@ -542,7 +542,7 @@ def ensure_trained(names: Iterable[str], size: str | None = None, cache: Cache =
     pretrained ones once to write their cards; returns the cards in the order of ``names``.
 
     Processes sharing a cache prepare each entry once: the first takes the entry's training lock
-    (:class:`advtransfer.lock.TrainLock`), the others wait for it and then find it ready."""
+    (:class:`advtransfer.core.lock.TrainLock`), the others wait for it and then find it ready."""
     size = size or default_size()
     specs = load_specs()
     cards = []

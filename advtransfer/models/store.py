@@ -14,9 +14,9 @@ from typing import Sequence
 
 import torch
 
-from ..config import cache_dir
-from ..errors import UserError
-from ..utils import atomic_path, sha256_file
+from ..core.config import cache_dir
+from ..core.errors import UserError
+from ..core.utils import atomic_path, sha256_file
 
 States = dict[str, dict[str, torch.Tensor]]
 
@@ -29,8 +29,8 @@ def zoo_paths(name: str, size: str, cache: str | os.PathLike | None = None) -> t
 
 def shipped_paths(name: str, size: str) -> tuple[Path, Path] | None:
     """(weights file, card file) of ``name`` at ``size`` among the weights shipped with the
-    project (:func:`advtransfer.config.shipped_zoo_dir`), or None when none are shipped."""
-    from ..config import shipped_zoo_dir
+    project (:func:`advtransfer.core.config.shipped_zoo_dir`), or None when none are shipped."""
+    from ..core.config import shipped_zoo_dir
 
     root = shipped_zoo_dir()
     if root is None or not (root / size / f"{name}.json").is_file():

@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from ..data import Split
-from ..errors import UserError
-from ..registry import Registry
-from ..rng import seeded
+from ..core.errors import UserError
+from ..core.registry import Registry
+from ..core.rng import seeded
 
 
 @dataclass
@@ -137,7 +137,7 @@ def make_optimizer(params: Any, recipe: dict) -> torch.optim.Optimizer:
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500,
              device: str = "cpu") -> float:
     """Top-1 accuracy of ``model`` (eval mode) on pixels ``x`` in [0,1]."""
-    from ..metrics import labels
+    from ..core.metrics import labels
 
     was = model.training
     model.eval()
@@ -150,7 +150,7 @@ def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "
                       progress: bool = True) -> TrainOutput:
     """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``). Runs with
     torch's global RNG seeded to the recipe's ``seed`` and restores the caller's state afterwards
-    (see :func:`advtransfer.rng.seeded`)."""
+    (see :func:`advtransfer.core.rng.seeded`)."""
     method = recipe.get("method", "standard")
     trainer = TRAINERS.get(method)
     with seeded(int(recipe.get("seed", 0)), device):

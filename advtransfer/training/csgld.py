@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from ..data import Split
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import TrainOutput, training_subset, register_method
 from .resume import ResumeHooks
 from .standard import fit, snapshot_dtype, stored_copy

@@ -53,9 +53,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .. import faults
+from ..core import faults
 from ..data import Split
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import TrainOutput, register_method, training_subset
 from .resume import ResumeFile, continue_from, elapsed_so_far
 from .sam import sam_backward

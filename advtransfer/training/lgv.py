@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..data import Split
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import TrainOutput, register_method
 from .standard import fit, snapshot_dtype, stored_copy
 

@@ -9,8 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..data import Split
-from ..errors import UserError
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
 from .resume import STATELESS
 from .standard import fit

@@ -19,8 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..data import Split
-from ..errors import UserError
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
 from .ensemble_at import static_sources
 from .pgd_at import pgd_example

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..utils import atomic_path
+from ..core.utils import atomic_path
 
 #: bump when the file's layout changes (an older file is then set aside, not misread)
 FORMAT = 1

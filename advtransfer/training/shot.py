@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..data import Split
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import TrainOutput, classifier_head, register_method
 from .standard import fit
 

@@ -8,11 +8,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .. import faults
+from ..core import faults
 from ..data import Split
-from ..errors import UserError
-from ..rng import seeded
-from ..utils import parse_fraction
+from ..core.errors import UserError
+from ..core.rng import seeded
+from ..core.utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
 from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from, elapsed_so_far

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..data import Split
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import TrainOutput, bn_images, refresh_batchnorm, register_method
 from .lgv import snapshot_steps
 from .standard import state_copy, fit

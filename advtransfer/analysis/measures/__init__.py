@@ -1,5 +1,5 @@
 """Measures: each reads a run folder (and, where it says so, loads the run's models) and writes
-its own tables beside the run's (figures through :func:`advtransfer.plots.pyplot`).
+its own tables beside the run's (figures through :func:`advtransfer.analysis.plots.pyplot`).
 
 From the run folder alone: :mod:`.compare` (paired comparisons), :mod:`.golden` (regression
 counts), :mod:`.mismatch` (DUMB cases, lineage), :mod:`.whitebox_match`, :mod:`.exposure` (worst

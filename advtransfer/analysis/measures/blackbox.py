@@ -51,8 +51,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ...errors import UserError
-from ...utils import atomic_path
+from ...core.errors import UserError
+from ...core.utils import atomic_path
 from ..stats import summarize_blackbox
 
 

@@ -28,8 +28,8 @@ from typing import Callable
 
 import pandas as pd
 
-from ...errors import UserError
-from ...utils import atomic_path, atomic_write_text
+from ...core.errors import UserError
+from ...core.utils import atomic_path, atomic_write_text
 from ..runs import read_results
 from .claims import ClaimsSpec, claim_rows, grid_name, whitebox_cells
 from .compare import Samples
@@ -85,7 +85,7 @@ def portable_path(path: str | Path | None) -> str | None:
     """``path`` as committed records may name it: relative to the project's checkout (or the
     working folder) when inside it, else its file name alone, so no record names the folders of
     the machine that ran it."""
-    from ...resources import source_root
+    from ...core.resources import source_root
 
     if path is None:
         return None

@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...config import SIZES
-from ...errors import UserError
-from ...utils import parse_fraction
+from ...core.config import SIZES
+from ...core.errors import UserError
+from ...core.utils import parse_fraction
 from ..runs import read_results
 from ..stats import compare_paired, holm
 from .compare import Samples, paired_outcomes

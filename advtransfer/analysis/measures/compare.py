@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..runs import BASELINE_COLUMNS, read_results
 from ..stats import compare_paired, holm, verdict
 
@@ -62,7 +62,7 @@ class Samples:
     def get_all(self, cell_id: str) -> pd.DataFrame:
         """The cell's whole per-image table (every victim; at least :data:`SAMPLE_COLUMNS`)."""
         if cell_id not in self._cache:
-            from ...store import RunStore
+            from ...run.store import RunStore
 
             path = self.root / "samples" / f"{cell_id}.parquet"
             df = RunStore(self.root).read_samples(cell_id, required=True)
@@ -177,7 +177,7 @@ def compare_run(run_dir: str | Path, a_label: str | None = None, b_label: str | 
         base = base.explode("baseline_for", ignore_index=True)
         att = df[df["baseline_for"] == ""]
         if base.empty:
-            from ...store import RunStore
+            from ...run.store import RunStore
 
             ref = RunStore(run_dir).read_manifest().get("reference")
             hint = f"compare its surrogates with --reference {ref} (its grid's reference), or " if ref else ""
@@ -290,7 +290,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe",
 
 def write_comparisons(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons") -> list[Path]:
     """Write ``OUT/<stem>.parquet`` and ``.csv`` atomically; returns the paths."""
-    from ...utils import atomic_path
+    from ...core.utils import atomic_path
 
     out_dir = Path(out_dir)
     paths = [out_dir / f"{stem}.parquet", out_dir / f"{stem}.csv"]
@@ -314,7 +314,7 @@ def refresh_comparisons(run_dir: str | Path) -> str:
     baselines) unless the table is current (:func:`is_current`); the report then reads them.
     Returns the note the report prints beside the table: '' when it was current, a sentence when
     it was computed now, or why the run has nothing to compare (then nothing is written)."""
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     run = Path(run_dir)
     results = read_results(run)  # a missing folder or a damaged table is an error, not a note
@@ -359,11 +359,11 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
     """Forest plots of a comparison table, one per (eps, norm, targeted), into ``OUT/figures/``:
     each comparison's difference in percentage points with its 95% interval, grouped by victim,
     zero line; Holm-significant comparisons drawn filled and starred. Returns the paths."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 
-    from ...plots import save_figure
+    from ..plots import save_figure
 
     out = Path(out_dir) / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -422,42 +422,14 @@ def forest_plot(df: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons"
     return written
 
 
-def held_out(cmp: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
-    """The comparisons on held-out victims: those outside the row's surrogate set (a white-box
-    pair, a surrogate evaluated as its own victim, is left out)."""
-    sur = "surrogate_base" if "surrogate_base" in results.columns else "surrogate"
-    white = set()
-    if "is_whitebox" in results.columns:
-        wb = results[results["is_whitebox"].astype(bool)]
-        white = set(zip(wb[sur].astype(str), wb["victim"].astype(str)))
-    keep = [(str(s), str(v)) not in white for s, v in zip(cmp["surrogate"], cmp["victim"])]
-    return cmp[keep]
-
-
-def attack_verdicts(held: pd.DataFrame) -> pd.DataFrame:
-    """One row per attack A (``a_label``) over its held-out comparisons (every surrogate, ε,
-    victim and matching): n, how many Holm-significant each way, the median difference in
-    points and, per matching, the median difference (``median_by_match``: match -> points)."""
-    rows = []
-    for a, g in held[held["a_label"] != held["b_label"]].groupby("a_label", sort=True):
-        d = 100 * g["diff"].astype(float)
-        by = {str(m): float(100 * gg["diff"].astype(float).median()) for m, gg in g.groupby("match", sort=True)}
-        better, worse = int((g["verdict"] == "a_better").sum()), int((g["verdict"] == "b_better").sum())
-        rows.append({"attack": str(a), "n": len(g), "better": better, "worse": worse, "level": len(g) - better - worse,
-                     "median_pts": float(d.median()), "median_by_match": by,
-                     "surrogates": g["surrogate"].nunique(), "victims": g["victim"].nunique(),
-                     "eps": ", ".join(dict.fromkeys(g.sort_values("eps")["eps_str"].astype(str))
-                                      if "eps" in g.columns else g["eps_str"].astype(str).unique())})
-    return pd.DataFrame(rows)
-
-
 def verdict_plot(cmp: pd.DataFrame, results: pd.DataFrame, out_dir: str | Path, stem: str = "comparisons",
                  formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """A compact summary of a run's verdicts into ``OUT/figures/verdict_<stem>.*``: one row per
     attack and matching, each held-out comparison (victim × surrogate × ε) a dot at its difference
     in percentage points, red where A is significantly better (Holm), blue where worse, grey where
     level, and a bar at the row's median. Empty list when nothing is held out."""
-    from ...plots import pyplot, save_figure
+    from ..plots import pyplot, save_figure
+    from ..verdicts import held_out
 
     held = held_out(cmp, results)
     held = held[held["a_label"] != held["b_label"]]

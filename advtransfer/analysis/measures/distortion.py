@@ -81,9 +81,9 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ...errors import UserError
-from ...store import RunStore
-from ...utils import atomic_path
+from ...core.errors import UserError
+from ...run.store import RunStore
+from ...core.utils import atomic_path
 from ..runs import read_samples, run_context
 
 DEFAULT_CAP = 4.0
@@ -117,7 +117,7 @@ def linf_grid(r_max: float = DEFAULT_R_MAX, points: int = 65) -> np.ndarray:
 
 @torch.no_grad()
 def _fooled(victim: nn.Module, x: torch.Tensor, goal: torch.Tensor, targeted: bool) -> torch.Tensor:
-    from ...metrics import ABSTAIN, decide
+    from ...core.metrics import ABSTAIN, decide
 
     pred = decide(victim, victim(x))
     return pred == goal if targeted else (pred != goal) & (pred != ABSTAIN)
@@ -301,7 +301,7 @@ def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
     """(x, x_adv, y, target or None, index) of a cached cell: clean images reloaded from the
     dataset by the cached dataset indices (they must lie in the grid's n/start subset)."""
     from ...data import eval_subset, load_dataset
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     cached = RunStore(run_dir).load_adv(cell_id)
     if cached is None:

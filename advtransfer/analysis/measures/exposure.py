@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...utils import atomic_path
+from ...core.utils import atomic_path
 from ..runs import joined_samples, run_context
 from .distortion import success_curve
 
@@ -98,11 +98,11 @@ def plot_asr_vs_eps(run_dir: str | Path, eps_max: float = 16 / 255, formats: tup
     (surrogate, attack); markers: the ASR crafted at each ε in the run. Needs measured minimal
     distortion (:func:`advtransfer.analysis.distortion.measure_run`). Saved as
     RUN/figures/asr_eps_<surrogate>_<attack>.png/.pdf; returns the paths."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 
-    from ...plots import save_figure
+    from ..plots import save_figure
     from matplotlib.lines import Line2D
 
     res, _ = run_context(run_dir)

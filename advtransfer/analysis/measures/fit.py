@@ -46,9 +46,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...errors import UserError
-from ...metrics import predict_batched
-from ...utils import write_table
+from ...core.errors import UserError
+from ...core.metrics import predict_batched
+from ...core.utils import write_table
 from ..runs import joined_samples
 
 

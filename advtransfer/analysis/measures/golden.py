@@ -79,7 +79,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..stats import mcnemar_exact, stratified_paired_test
 
 COUNTS_FILE = "counts.csv"
@@ -196,7 +196,7 @@ def counts_table(run_dir: str | Path) -> pd.DataFrame:
     from ..runs import read_results
 
     df = read_results(run_dir)
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     samples = Path(run_dir) / "samples"
     store = RunStore(run_dir)
@@ -252,7 +252,7 @@ def environment(threads: int | None = None) -> dict:
     """What decides the bits besides the code: versions, torch thread count, CPU capability."""
     import torch
 
-    from ...utils import versions
+    from ...core.utils import versions
 
     return {"versions": versions(), "threads": int(threads if threads is not None else torch.get_num_threads()),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
@@ -278,7 +278,7 @@ def copy_models(zoo: dict, size: str, cache: str | Path, out_dir: str | Path) ->
     import shutil
 
     from ...models.store import locate
-    from ...utils import sha256_file
+    from ...core.utils import sha256_file
 
     final = Path(out_dir) / MODELS_DIR
     staging = Path(out_dir) / f".{MODELS_DIR}.partial"
@@ -357,8 +357,8 @@ def write_baseline(run_dir: str | Path, out_dir: str | Path, threads: int | None
     right when the run was made in this process, as in the tests and ``make golden-update``).
     ``models_from``: the cache the run's models came from; they are copied into ``OUT/zoo/``
     (:func:`copy_models`) and the meta gets their :func:`kernel_probe`."""
-    from ...store import RunStore
-    from ...utils import atomic_path, atomic_write_text
+    from ...run.store import RunStore
+    from ...core.utils import atomic_path, atomic_write_text
 
     t = counts_table(run_dir)
     if t.empty:

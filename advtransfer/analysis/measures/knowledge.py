@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ...errors import UserError
-from ...metrics import predict_batched
+from ...core.errors import UserError
+from ...core.metrics import predict_batched
 
 
 def own_label_pgd(model: nn.Module, x: torch.Tensor, index: torch.Tensor, eps: float, steps: int,
@@ -182,7 +182,7 @@ def _correlations(d: pd.DataFrame, task: str, n_boot: int, seed: int) -> pd.Data
 
 def scatter(df: pd.DataFrame, out: str | Path) -> Path:
     """α1 and α2 against the fine-tuning gain, one point per (source, descendant)."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 

@@ -5,7 +5,7 @@ lineage of adapted and fine-tuned victims.
   match in dataset source, architecture and class balance (DUMB, Alecci et al. 2023); the ASR of
   each of the eight cases pooled over its model pairs, and the paired cost of each mismatch.
 - :func:`lineage_table`: every row classified by how the victim descends from the surrogate
-  (``init_from`` chains, :mod:`advtransfer.variants`): the surrogate itself, its own adapted or
+  (``init_from`` chains, :mod:`advtransfer.data.variants`): the surrogate itself, its own adapted or
   fine-tuned descendant, a descendant of another replicate of the same source (an independent
   lineage), or a model trained from scratch; and the paired contrast of a descendant with those
   controls (AdaptGuard: does a perturbation survive adaptation? DTA: does it transfer downstream?).
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..pooling import Images, boot_weights, pooled, pooled_diff
 from ..runs import read_results
 

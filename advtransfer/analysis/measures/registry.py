@@ -36,11 +36,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ...errors import UserError
-from ...registry import Registry
+from ...core.errors import UserError
+from ...core.registry import Registry
 
-#: folder under a run folder where registered measures write their tables
-MEASURES_DIR = "measures"
+from ..runs import MEASURES_DIR
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class MeasureContext:
 
     def samples(self, cell_id: str) -> pd.DataFrame:
         """The cell's per-image table (one row per victim × image; see the results schema)."""
-        from ...store import RunStore
+        from ...run.store import RunStore
 
         return RunStore(self.run_dir).read_samples(cell_id, required=True)
 
@@ -163,18 +162,3 @@ def run_measure(run_dir: str | Path, name: str, device: str = "cpu", cache: str 
         write(tmp)
         os.replace(tmp, target)
     return table, path
-
-
-def measured(run_dir: str | Path) -> list[tuple[dict, Path]]:
-    """(record, parquet path) of every measure table in ``RUN/measures/``, sorted by name."""
-    out = Path(run_dir) / MEASURES_DIR
-    found = []
-    for js in sorted(out.glob("*.json")) if out.is_dir() else []:
-        pq = js.with_suffix(".parquet")
-        if pq.is_file():
-            try:
-                rec = json.loads(js.read_text())
-            except ValueError:
-                raise UserError(f"{js} is damaged; run `advtransfer measure {run_dir} {js.stem}` again") from None
-            found.append((rec, pq))
-    return found

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...utils import write_table
+from ...core.utils import write_table
 from ..runs import joined_samples
 
 EPS_S = 0.1
@@ -93,11 +93,11 @@ def plot_similarity(run_dir: str | Path, pairs: pd.DataFrame | None = None,
                     formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """RUN/figures/sat_similarity.* (heatmap, SAT and transfer % in each cell) and
     sat_dendrogram.* (average-linkage clustering on log 100 − SAT); needs ≥ 2 models."""
-    from ...plots import pyplot
+    from ..plots import pyplot
 
     plt = pyplot()
 
-    from ...plots import save_figure
+    from ..plots import save_figure
     from scipy.cluster.hierarchy import dendrogram, linkage
     from scipy.spatial.distance import squareform
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
+from ...core.errors import UserError
 from .. import pooling
 from ..pooling import N_BOOT
 from ..runs import read_results

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...errors import UserError
-from ...metrics import wilson_interval
+from ...core.errors import UserError
+from ...core.metrics import wilson_interval
 from ..runs import read_table
 from .base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
                           html_escape, pct, signed, tex_name, format_p, register_section)
@@ -227,7 +227,7 @@ def section_verdict(ctx: ReportContext) -> Section | None:
     """The run's answer first, in one screen: one sentence per attack against its matched baselines
     over the held-out victims (victims outside the row's surrogates), the compact verdict figure
     when ``advtransfer compare`` drew it, then the table per surrogate and ε. None without comparisons."""
-    from ..measures.compare import attack_verdicts, held_out
+    from ..verdicts import attack_verdicts, held_out
 
     cmp = ctx.comparisons
     if cmp is None or cmp.empty:
@@ -444,11 +444,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     """Write ``report.md``, ``report.html`` and ``tables/*.tex`` of a run folder into ``out``
     (default ``RUN/report``) from the tables and figures the run folder holds; nothing else in it
     is written. ``comparisons_note``: the note of the step that wrote comparisons.parquet (see
-    :func:`advtransfer.analysis.cli.report.report_run`); by default, where the table is absent or
+    :func:`advtransfer.cli.report.report_run`); by default, where the table is absent or
     older than results.parquet, the report says to run ``advtransfer compare``.
     Returns ``{'md': Path, 'html': Path, 'tex': [Path, ...]}``."""
-    from ...store import RunStore
-    from ...utils import atomic_write_text
+    from ...run.store import RunStore
+    from ...core.utils import atomic_write_text
 
     run = Path(run_dir)
     if not run.is_dir():

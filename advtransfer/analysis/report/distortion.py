@@ -25,8 +25,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
-from ...plots import slug
+from ...core.errors import UserError
+from ..plots import slug
 from ..measures.similarity import sat_matrix
 from ..runs import joined_samples, read_table
 from ..stats import summarize_blackbox

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...errors import UserError
-from ...metrics import wilson_interval
-from ...schema import CRAFT_FIT_IMAGES
+from ...core.errors import UserError
+from ...core.metrics import wilson_interval
+from ...core.schema import CRAFT_FIT_IMAGES
 from .. import pooling
 from .base import MINUS, Block, ReportContext, Section, Table, pct, register_section, tex_name
 
@@ -161,7 +161,7 @@ def _labels_reader(run_dir):
             cache["v"] = None
             try:
                 from ...data import load_dataset
-                from ...store import RunStore
+                from ...run.store import RunStore
 
                 grid = RunStore(run_dir).read_manifest().get("grid") or {}
                 ds = load_dataset(str(grid.get("dataset", "cifar10")), str(grid.get("split", "test")))
@@ -175,7 +175,7 @@ def _labels_reader(run_dir):
 
 def _cell_targets(run_dir, cell_id: str) -> dict[int, int] | None:
     """Dataset index -> target class of a targeted cell, from its saved examples; None without them."""
-    from ...store import RunStore
+    from ...run.store import RunStore
 
     loaded = RunStore(run_dir).load_adv(cell_id)
     if loaded is None or "target" not in loaded[0] or "index" not in loaded[0]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 
 
-from ..measures.registry import measured
-from ..runs import read_table
+from ..runs import measured, read_table
 from .base import Block, ReportContext, Section, Table, register_section, tex_name
 
 #: rows of a measure table the report shows (the whole table is RUN/measures/<name>.csv)

@@ -1,0 +1,35 @@
+"""What several commands share: the data, cache, device, progress and plugin flags, and the
+device setup."""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="folder with CIFAR-10 train.npz/test.npz (default: $ADVTRANSFER_DATA, else torchvision download)")
+    p.add_argument("--cache-dir", help="cache for trained models (default: $ADVTRANSFER_CACHE or ~/.cache/advtransfer)")
+    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    plugin_flag(p)
+
+
+def plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", metavar="FILE|MODULE",
+                   help="load the user's attacks, networks (a .py file or module) or model catalogue (.yaml) "
+                        "first; repeatable (see README: plugins)")
+
+
+def setup_env(args: argparse.Namespace) -> str:
+    """The device to run on (checked: it exists and is available); checks --data-dir."""
+    from ..core.config import default_device
+    from ..run.validate import check_device
+
+    os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
+    if getattr(args, "data_dir", None):
+        from ..data import resolve_data_dir
+
+        resolve_data_dir(args.data_dir)
+    if getattr(args, "device", None):
+        return check_device(args.device)
+    return check_device(default_device(), "ADVTRANSFER_DEVICE")

@@ -1,0 +1,34 @@
+"""``advtransfer dumb RUN``: DUMB's mismatch table of a run (source, architecture, class balance)."""
+from __future__ import annotations
+
+import argparse
+
+from ..analysis.runs import check_out_dir, write_tables
+from .printing import print_rates
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dumb", help="DUMB's table of a run: ASR per source/architecture/balance mismatch case, "
+                                    "with intervals, and the paired cost of each mismatch",
+                       description="Classify every (surrogate, victim) row by whether the two models match in "
+                                   "dataset source, architecture and class balance (DUMB); pool each case's ASR "
+                                   "with an image-bootstrap interval; writes dumb_cases.csv and dumb_costs.csv.")
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--attack", help="comma-separated attack labels (default: all)")
+    p.add_argument("--out", metavar="DIR", help="folder for the tables (default: RUN)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.measures.mismatch import dumb_table
+
+    check_out_dir(args.out)
+    cases, costs = dumb_table(args.run_dir, args.attack)
+    paths = write_tables({"dumb_cases": cases, "dumb_costs": costs}, args.out or args.run_dir)
+    print("ASR (%) per case; interval: image bootstrap; range: per model pair")
+    print_rates(cases, ["attack_label", "source", "arch", "balance", "n_pairs", "asr", "asr_ci_low", "asr_ci_high",
+                        "pair_asr_min", "pair_asr_max"])
+    print("\ncost of a mismatch (points): ASR(only that axis differs) - ASR(all match)")
+    print_rates(costs, ["attack_label", "axis", "n_pairs_mismatch", "asr_match", "asr_mismatch", "diff", "diff_ci_low",
+                        "diff_ci_high", "n_drop", "n_surrogates", "p_sign"])
+    print(f"\ntables: {paths[0]} and {paths[1]}")
+    return 0
