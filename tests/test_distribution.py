@@ -141,3 +141,21 @@ def test_a_catalogue_entry_with_hub_weights(offline_hub, tmp_path):
         load_plugins([str(entry(weights="hf-hub:me/cifar-zoo/at/resnet20_at.safetensors", sha256="abc"))])
     with pytest.raises(UserError, match="must be hf-hub:<owner>/<repo>"):
         load_plugins([str(entry(weights="hf-hub:me/resnet20_at.safetensors"))])
+
+
+def test_zoo_export_command(tmp_path, capsys):
+    from advtransfer.cli import main
+
+    assert main(["zoo", "export", "resnet20_at", "resnet20_a", "--size", "converged", "--out", str(tmp_path / "hub")]) == 0
+    for name in ("resnet20_at", "resnet20_a"):
+        card = json.loads((SHIPPED / f"{name}.json").read_text())
+        assert sha256_file(tmp_path / "hub" / name / "model.safetensors") == card["sha256"]
+        assert (tmp_path / "hub" / name / "README.md").read_text().startswith("---\nlicense: mit\n")
+    capsys.readouterr()
+    # an unknown or untrained name: one line, exit 2, nothing written
+    for bad in ("resnet99", "resnet20_b@r7"):
+        assert main(["zoo", "export", "resnet20_a", bad, "--size", "converged", "--out", str(tmp_path / "none")]) == 2
+    assert main(["zoo", "export", "resnet20_a", "--size", "full", "--out", str(tmp_path / "none")]) == 2  # never trained at full here
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "resnet99" in err[0] and "replicate" in err[1] and "not trained at size 'full'" in err[2]
+    assert not (tmp_path / "none").exists()

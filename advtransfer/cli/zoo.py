@@ -1,4 +1,4 @@
-"""``advtransfer zoo train|list|ship``: the model zoo."""
+"""``advtransfer zoo train|list|ship|export``: the model zoo."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     zp.add_argument("names", nargs="+", help="trained model names")
     zp.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or converged)")
     zp.add_argument("--cache-dir")
+    ze = zs.add_parser("export", help="write trained models as Hugging Face Hub repositories: OUT/<name>/README.md "
+                                      "(a model card), model.safetensors and advtransfer.json")
+    ze.add_argument("names", nargs="+", help="trained model names")
+    ze.add_argument("--out", required=True, help="folder to write one sub-folder per model into")
+    ze.add_argument("--size", help="zoo size (default: $ADVTRANSFER_SIZE or converged)")
+    ze.add_argument("--cache-dir")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +64,19 @@ def run(args: argparse.Namespace) -> int:
             card = ship(n, size, args.cache_dir)
             print(f"{n:16s} shipped to zoo/{size}/: acc {card['clean_acc']:.4f}, sha256 {card['sha256'][:16]}")
         return 0
+    if args.zoo_cmd == "export":
+        from ..analysis.runs import check_out_dir
+        from ..models.hfcard import export_hf
+
+        size = zoo_size(args.size)
+        check_out_dir(args.out)
+        for n in args.names:  # every name known and trained before anything is written
+            zoo.get_spec(n)
+            if zoo.read_card(n, size, args.cache_dir) is None:
+                raise UserError(f"model {n!r} is not trained at size {size!r}; run `advtransfer zoo train {n} --size {size}`")
+        for folder in export_hf(args.names, size, args.out, args.cache_dir):
+            print(f"{folder.name:16s} -> {folder}/ (README.md, model.safetensors, advtransfer.json)")
+        return 0
     if args.zoo_cmd == "list":
         size = zoo_size(args.size)
         if args.shipped:
@@ -69,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             state = zoo.declared(spec).cache_state(size, args.cache_dir)
             print(f"{name:16s} {spec.arch:10s} {spec.family:9s} {spec.kind:8s} {size}: {state}")
         return 0
-    raise UserError("zoo needs a subcommand: train or list (see advtransfer zoo --help)")
+    raise UserError("zoo needs a subcommand: train, list, ship or export (see advtransfer zoo --help)")
 
 
 def _retrain(names: list[str], size: str, args: argparse.Namespace, device: str) -> int:
