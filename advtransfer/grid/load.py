@@ -21,8 +21,11 @@ from ..core.resources import grids_dir
 from ..core.utils import parse_fraction
 from .spec import AttackEntry, GridSpec, SurrogateEntry
 
-GRID_KEYS = {"plugins", "craft_dataset", "precision", "compile", "executor", "workers", "matched", "replicates", "reference", "name", "description", "dataset", "split", "n", "start", "size", "batch_size", "seeds",
-             "norm", "eps", "targeted", "budget", "defaults", "attacks", "surrogates", "victims"}
+#: the keys a grid file may hold: the spec's fields (:meth:`GridSpec.file_keys`) and ``replicates``
+GRID_KEYS = {*GridSpec.file_keys(), "replicates"}
+#: keys read as they are written, each defaulting to the spec field's default
+_PLAIN_KEYS = ("dataset", "split", "n", "start", "batch_size", "norm", "targeted", "budget", "executor", "workers",
+               "craft_dataset", "precision", "compile", "reference", "description")
 
 
 def resolve_grid_path(grid: str) -> Path:
@@ -60,25 +63,20 @@ def read_grid(grid: str) -> GridSpec:
     for key in ("eps", "attacks", "surrogates", "victims"):
         _need(key in raw, src, f"missing required key {key!r}")
     eps_raw = raw["eps"] if isinstance(raw["eps"], list) else [raw["eps"]]
-    seeds = raw.get("seeds", [0])
+    seeds = raw.get("seeds", GridSpec.field_default("seeds"))
     matched = raw.get("matched") or []
     matched = [matched] if isinstance(matched, str) else matched
     defaults = raw.get("defaults") or {}
     _need(isinstance(defaults, dict), src, "defaults must be a mapping of attack parameters")
     victims = raw["victims"]
     plugins = _plugins(raw, path, src)  # before the attack entries: they may name a plugin's attacks
+    plain = {k: raw[k] for k in _PLAIN_KEYS if k in raw}  # the others take the spec's defaults
     return GridSpec(
-        name=raw.get("name", path.stem), dataset=raw.get("dataset", "cifar10"), split=raw.get("split", "test"),
-        n=raw.get("n", 1000), start=raw.get("start", 0), size=raw.get("size", default_size()),
-        batch_size=raw.get("batch_size", 250), seeds=seeds if isinstance(seeds, list) else [seeds],
-        norm=raw.get("norm", "linf"), eps=[parse_fraction(e, "eps") for e in eps_raw],
-        targeted=raw.get("targeted", False), budget=raw.get("budget", "steps"),
+        name=raw.get("name", path.stem), size=raw.get("size", default_size()), **plain,
+        seeds=seeds if isinstance(seeds, list) else [seeds], eps=[parse_fraction(e, "eps") for e in eps_raw],
         attacks=_attack_entries(raw, defaults, src), surrogates=_surrogate_entries(raw, src),
         victims=list(victims) if isinstance(victims, list) else victims, source=src, raw=copy.deepcopy(raw),
-        matched=tuple(matched) if isinstance(matched, list) else matched,
-        executor=raw.get("executor", "serial"), workers=raw.get("workers"), craft_dataset=raw.get("craft_dataset", ""),
-        precision=raw.get("precision", "fp32"), compile=raw.get("compile", "off"), reference=raw.get("reference"),
-        description=raw.get("description", ""), defaults=defaults, plugins=plugins)
+        matched=tuple(matched) if isinstance(matched, list) else matched, defaults=defaults, plugins=plugins)
 
 
 def _plugins(raw: dict, path: Path, src: str) -> tuple[str, ...]:

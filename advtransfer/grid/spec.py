@@ -76,21 +76,21 @@ class GridSpec:
     Fields hold what was given; :meth:`validate` says whether it is usable. ``origin`` maps a field
     to the CLI flag that set it (messages name the flag instead of the file's key)."""
 
-    name: str
-    dataset: str
-    split: str
-    n: int
-    start: int
-    size: str
-    batch_size: int
-    seeds: list[int]
-    norm: str
-    eps: list[float]
-    targeted: bool
-    budget: str
-    attacks: list[AttackEntry]
-    surrogates: list[SurrogateEntry]
-    victims: list[str]
+    name: str                        # the run's name (default: the grid file's stem; the run folder is results/<name>/)
+    size: str                        # zoo size: ci, cpu, converged (the shipped zoo) or full (default: $ADVTRANSFER_SIZE or converged)
+    eps: list[float]                 # radii in pixel space, one cell each: [4/255, 8/255]
+    attacks: list[AttackEntry]       # label -> {attack: registry name, parameters}; {} takes the defaults
+    surrogates: list[SurrogateEntry]  # model names, or lists of them (an ensemble row), or {models, weights, label}
+    victims: list[str]               # model names every cell is evaluated on
+    dataset: str = "cifar10"         # cifar10 (or imagenet, a folder with val/)
+    split: str = "test"              # the evaluation images' split
+    n: int = 1000                    # evaluation images, the first n of the split from start
+    start: int = 0                   # first evaluation image's index
+    batch_size: int = 250            # crafting batch (victims evaluate in batches of twice this)
+    seeds: list[int] = field(default_factory=lambda: [0])  # one cell per seed (the attack's randomness)
+    norm: str = "linf"               # linf or l2
+    targeted: bool = False           # every attack targeted (per attack: targeted: true)
+    budget: str = "steps"            # what steps count: steps, or grad_evals (per image)
     source: str = ""
     raw: dict = field(default_factory=dict)
     matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
@@ -100,10 +100,33 @@ class GridSpec:
     precision: str = "fp32"          # autocast of the crafting passes (advtransfer.core.accel); enters the cell id if not fp32
     compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.core.accel); no cell id
     reference: str | None = None     # the surrogate `compare` and the report compare every other surrogate with
-    description: str = ""
+    description: str = ""            # free text about the grid (its purpose), kept in the run manifest
     defaults: dict = field(default_factory=dict)  # attack parameters of every entry (and of --attack NAME not listed)
     plugins: tuple[str, ...] = ()    # the user's code and catalogues (advtransfer.plugins); their sha256 enters cell ids
     origin: dict = field(default_factory=dict, compare=False, repr=False)
+
+    #: fields that are the run's bookkeeping, not grid-file keys
+    INTERNAL = ("source", "raw", "origin")
+
+    @classmethod
+    def file_keys(cls) -> list[str]:
+        """The keys a grid file may hold: every field but the bookkeeping ones, in field order (the
+        loader adds ``replicates``, which expands the surrogate rows)."""
+        from dataclasses import fields
+
+        return [f.name for f in fields(cls) if f.name not in cls.INTERNAL]
+
+    @classmethod
+    def field_default(cls, name: str) -> Any:
+        """The default of field ``name`` (a fresh copy for a list or mapping)."""
+        from dataclasses import MISSING, fields
+
+        f = {f.name: f for f in fields(cls)}[name]
+        if f.default is not MISSING:
+            return f.default
+        if f.default_factory is not MISSING:  # type: ignore[misc]
+            return f.default_factory()  # type: ignore[misc]
+        raise KeyError(f"grid field {name!r} has no default")
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims) + self.aux_models()
