@@ -7,7 +7,7 @@
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
 #   make claims-runs SIZE=cpu|converged [GRIDS="attack-families ..."]   run the grids the claims need
-#   make claims   keep their per-image records in claims/records/ and tabulate them
+#   make claims   keep their per-image records in claims/records/ and tabulate them (into docs/claims.md)
 #   make docs     the documentation site (docs/, mkdocs.yml) built with mkdocs --strict into site/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -89,7 +89,7 @@ fingerprints: $(STAMP)
 
 # The seeds' claims (claims/cifar10.yaml): run every grid they need at one zoo size (resumable),
 # then keep the per-image records the claims use (claims/records/, committed) and tabulate every
-# size from them into results/claims/ and the README's generated table.
+# size from them into results/claims/ and the generated table of docs/claims.md.
 CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
@@ -103,7 +103,7 @@ claims-runs: $(STAMP)
 	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
 
 claims: $(STAMP)
-	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --readme README.md
+	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --page docs/claims.md
 
 # The documentation site: docs/ with mkdocs.yml, built by mkdocs-material in strict mode (a broken
 # link or a page missing from the nav fails the build) into site/ (not committed). Its packages are

@@ -43,7 +43,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _plugin_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin", action="append", metavar="FILE|MODULE",
                    help="load the user's attacks, networks (a .py file or module) or model catalogue (.yaml) "
-                        "first; repeatable (see README: plugins)")
+                        "first; repeatable (see docs/guides/add-an-attack.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     zl.add_argument("--cache-dir")
     _plugin_flag(zl)
     zl.add_argument("--shipped", action="store_true",
-                    help="a Markdown table of the models shipped at the size (the README's zoo table)")
+                    help="a Markdown table of the models shipped at the size (the zoo table of docs/zoo.md)")
     zp = zs.add_parser("ship", help="copy trained models from the cache into the project's zoo/<size>/ "
                                     "(for maintainers: the weights a fresh clone uses)")
     zp.add_argument("names", nargs="+", help="trained model names")
