@@ -7,7 +7,8 @@
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
 #   make claims-runs SIZE=cpu|converged [GRIDS="attack-families ..."]   run the grids the claims need
-#   make claims   keep their per-image records in claims/records/ and tabulate them
+#   make claims   keep their per-image records in claims/records/ and tabulate them (into docs/claims.md)
+#   make docs     the documentation site (docs/, mkdocs.yml) built with mkdocs --strict into site/
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -32,7 +33,7 @@ ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
 KERNELS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 endif
 
-.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints claims claims-runs
+.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints claims claims-runs docs
 
 install: $(STAMP)
 
@@ -88,7 +89,7 @@ fingerprints: $(STAMP)
 
 # The seeds' claims (claims/cifar10.yaml): run every grid they need at one zoo size (resumable),
 # then keep the per-image records the claims use (claims/records/, committed) and tabulate every
-# size from them into results/claims/ and the README's generated table.
+# size from them into results/claims/ and the generated table of docs/claims.md.
 CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
@@ -102,7 +103,24 @@ claims-runs: $(STAMP)
 	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
 
 claims: $(STAMP)
-	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --readme README.md
+	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --page docs/claims.md
+
+# The documentation site: docs/ with mkdocs.yml, built by mkdocs-material in strict mode (a broken
+# link or a page missing from the nav fails the build) into site/ (not committed). Its packages are
+# pyproject.toml's `docs` extra, installed into the venv on first use without reinstalling the
+# package; the reference pages (docs/reference/, not committed) are generated from the installed
+# package's code by scripts/gen_reference.py first.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" \
+	  | xargs $(BIN)/python -m pip install -q
+	@touch $@
+
+docs: $(STAMP) $(DOCS_STAMP)
+	$(BIN)/python scripts/gen_reference.py docs/reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean-results:  # every run folder; the committed baselines stay
 	find results -mindepth 1 -maxdepth 1 -type d ! -name baselines -exec rm -rf {} +

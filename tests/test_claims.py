@@ -156,33 +156,33 @@ def test_a_baseline_may_be_the_claimed_winner(tmp_path):
 
 
 # --- the command ---------------------------------------------------------------------------------------
-README_TEXT = "# Project\n\nintro\n\n{begin}\nold table\n{end}\n\nafter\n"
+PAGE_TEXT = "# Claims\n\nintro\n\n{begin}\nold table\n{end}\n\nafter\n"
 
 
-def test_claims_command_writes_the_table_the_report_and_the_readme(tmp_path, capsys):
+def test_claims_command_writes_the_table_the_report_and_the_page(tmp_path, capsys):
     from advtransfer.cli.claims import README_BEGIN, README_END
     from advtransfer.cli import main
 
     runs = tmp_path / "runs"
     make_run(runs / "converged" / "synthetic", replicates=3)
     claims = _spec(tmp_path)
-    readme = tmp_path / "README.md"
-    readme.write_text(README_TEXT.format(begin=README_BEGIN, end=README_END))
-    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 0
+    page = tmp_path / "claims.md"  # docs/claims.md in the project
+    page.write_text(PAGE_TEXT.format(begin=README_BEGIN, end=README_END))
+    assert main(["claims", str(claims), "--runs", str(runs), "--page", str(page)]) == 0
     out = capsys.readouterr().out
     assert "measured: converged 1/1, cpu 0/1" in out
     df = pd.read_parquet(runs / "claims.parquet")
     assert df.iloc[0]["converged_verdict"] == "holds"
-    # the README's table is the command's table, between the markers; the rest is untouched
-    text = readme.read_text()
-    assert "old table" not in text and "**holds**" in text and text.startswith("# Project\n\nintro\n\n")
+    # the page's table is the command's table, between the markers; the rest is untouched
+    text = page.read_text()
+    assert "old table" not in text and "**holds**" in text and text.startswith("# Claims\n\nintro\n\n")
     assert text.endswith(f"{README_END}\n\nafter\n")
     assert format_claims(df, ("converged", "cpu")).splitlines()[2] in text
     html = (runs / "report" / "claims.html").read_text()
     assert "<strong>holds</strong>" in html and "<table class=\"wrap\">" in html
-    # a second run replaces the table instead of adding one
-    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 0
-    assert readme.read_text() == text
+    # a second run replaces the table instead of adding one (--readme: the flag's former name)
+    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(page)]) == 0
+    assert page.read_text() == text
 
 
 def test_claims_command_checks_before_writing(tmp_path, capsys):
@@ -191,12 +191,12 @@ def test_claims_command_checks_before_writing(tmp_path, capsys):
     runs = tmp_path / "runs"
     make_run(runs / "converged" / "synthetic", replicates=1)
     claims = _spec(tmp_path)
-    readme = tmp_path / "README.md"
-    readme.write_text("# no markers\n")
-    assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(readme)]) == 2
+    page = tmp_path / "claims.md"
+    page.write_text("# no markers\n")
+    assert main(["claims", str(claims), "--runs", str(runs), "--page", str(page)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no generated claims table" in err[0]
-    assert readme.read_text() == "# no markers\n" and not (runs / "claims.csv").exists()
+    assert page.read_text() == "# no markers\n" and not (runs / "claims.csv").exists()
     assert main(["claims", str(tmp_path / "nope.yaml"), "--runs", str(runs)]) == 2
     assert "does not exist" in capsys.readouterr().err
     # --list-grids: what make claims-runs runs, one 'GRID NAME' line per grid
@@ -288,14 +288,15 @@ def test_claims_command_tabulates_from_the_records(tmp_path, capsys):
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_the_readme_table_is_the_committed_records_table():
-    """No number in the README's claims table is typed: it is what claims/records gives today."""
+def test_the_docs_claims_table_is_the_committed_records_table():
+    """No number in the claims table of docs/claims.md is typed: it is what claims/records gives today
+    (`make claims` writes it there)."""
     from advtransfer.cli.claims import README_BEGIN, README_END
 
     root = Path(__file__).resolve().parents[1]
     spec = load_claims(root / "claims" / "cifar10.yaml")
     table = format_claims(claims_table(spec, root / "claims" / "records"), spec.sizes)
-    text = (root / "README.md").read_text()
+    text = (root / "docs" / "claims.md").read_text()
     generated = text.split(README_BEGIN + "\n", 1)[1].split(README_END, 1)[0]
     assert generated.rstrip("\n") == table.rstrip("\n")
 

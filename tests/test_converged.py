@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "zoo"
 
 #: how far below its family's line (advtransfer.models.ship.ACCURACY_LINES) a shipped model may sit.
-#: Within the 75-minute budget some slots fall short, and the README's table says which and by how
+#: Within the 75-minute budget some slots fall short, and docs/zoo.md's table says which and by how
 #: much: the VGG slots 0.8-1.0 points (airbench's widths 64/192/192, not 256), the ResNet-20 seeds
 #: 1.4 and 2.5 points (26 epochs, not 182), the MobileNet seeds 1.7 and 2.2 points (36 epochs), the
 #: FGSM-trained ResNet-20 2.8 points clean (at 38.1% PGD-20 it holds its robustness line). Seeds of
@@ -275,15 +275,15 @@ def test_shipped_model_loads_and_scores_its_card(card_path):
     assert accuracy(model, x, y) == pytest.approx(card["clean_acc"], abs=1e-9)
 
 
-def test_readme_zoo_table_is_the_shipped_cards():
-    """The README's table of shipped models is `advtransfer zoo list --size converged --shipped`,
+def test_docs_zoo_table_is_the_shipped_cards():
+    """The table of shipped models in docs/zoo.md is `advtransfer zoo list --size converged --shipped`,
     generated from the cards: no number in it is typed by hand."""
     from advtransfer.models.ship import shipped_table
 
     table = shipped_table("converged")
     assert table.startswith("| model |")
-    assert table in (REPO / "README.md").read_text(), (
-        "README's converged-zoo table is out of date: paste `advtransfer zoo list --size converged --shipped`")
+    assert table in (REPO / "docs" / "zoo.md").read_text(), (
+        "docs/zoo.md's converged-zoo table is out of date: paste `advtransfer zoo list --size converged --shipped`")
 
 
 def test_compact_transformer_is_cct_4_3x2_and_attackable():

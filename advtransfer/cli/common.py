@@ -17,7 +17,7 @@ def common_args(p: argparse.ArgumentParser) -> None:
 def plugin_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin", action="append", metavar="FILE|MODULE",
                    help="load the user's attacks, networks (a .py file or module) or model catalogue (.yaml) "
-                        "first; repeatable (see README: plugins)")
+                        "first; repeatable (see docs/guides/add-an-attack.md)")
 
 
 def setup_env(args: argparse.Namespace) -> str:

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     zl.add_argument("--cache-dir")
     plugin_flag(zl)
     zl.add_argument("--shipped", action="store_true",
-                    help="a Markdown table of the models shipped at the size (the README's zoo table)")
+                    help="a Markdown table of the models shipped at the size (the zoo table of docs/zoo.md)")
     zp = zs.add_parser("ship", help="copy trained models from the cache into the project's zoo/<size>/ "
                                     "(for maintainers: the weights a fresh clone uses)")
     zp.add_argument("names", nargs="+", help="trained model names")

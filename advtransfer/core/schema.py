@@ -1,8 +1,8 @@
 """The results schema: one place for the column names, types and meanings of the harness's tables.
 
 The runner writes the results table and the per-image table through :func:`conform`; the tests
-import the column lists; the README's tables are generated from here
-(``python -m advtransfer.core.schema`` prints them; a test checks the README is current).
+import the column lists; the column tables of docs/results-table.md are generated from here
+(``python -m advtransfer.core.schema`` prints them; a test checks the page is current).
 
 Units: pixels in [0,1]; ε and distortions in that space (8/255 ≈ 0.0314); rates are fractions in
 [0,1] (plots show percent).
@@ -186,7 +186,7 @@ def conform(df: pd.DataFrame, columns: Sequence[Column]) -> pd.DataFrame:
 
 
 def markdown_table(columns: Sequence[Column]) -> str:
-    """The columns as a Markdown table grouped as in the schema (for the README)."""
+    """The columns as a Markdown table grouped as in the schema (for docs/results-table.md)."""
     lines = ["| group | column | type | meaning |", "| --- | --- | --- | --- |"]
     last = None
     for c in columns:
@@ -196,10 +196,10 @@ def markdown_table(columns: Sequence[Column]) -> str:
 
 
 def readme_block(table: str) -> str:
-    """The generated block that stands in the README between ``<!-- schema:TABLE -->`` markers."""
+    """The generated block that stands in docs/results-table.md between ``<!-- schema:TABLE -->`` markers."""
     return f"<!-- schema:{table} -->\n{markdown_table(TABLES[table])}\n<!-- /schema:{table} -->"
 
 
-if __name__ == "__main__":  # python -m advtransfer.core.schema: the README blocks
+if __name__ == "__main__":  # python -m advtransfer.core.schema: the blocks of docs/results-table.md
     for t in TABLES:
         print(readme_block(t), end="\n\n")
