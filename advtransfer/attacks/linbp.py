@@ -14,15 +14,15 @@ from __future__ import annotations
 from .base import register_attack
 from .params import Param
 from .features import SPECIAL_LAYERS, resolve_layer
-from .iterative import IterativeAttack
-from .surgery import LinearBackward, LinearBackwardRenorm, applied, check_sites
+from .backward import BackwardPathAttack
+from .surgery import LinearBackward, LinearBackwardRenorm
 
 #: backward-path forms: the authors' code, or plain linear backpropagation (version 1)
 FORMS = ("authors", "equation")
 
 
 @register_attack("linbp", kind="gradient", version=2)
-class LinBP(IterativeAttack):
+class LinBP(BackwardPathAttack):
     """Parameters: ``layer`` (``auto``: the middle block of the model's block chain, e.g.
     ``net.layers.4`` of a ResNet-20, as the authors' ``linbp_layer='3_1'`` starts ResNet-50 at
     block 9 of its 16; or a name from ``advtransfer layers MODEL``), ``form``
@@ -36,20 +36,8 @@ class LinBP(IterativeAttack):
     renormalisation), ``momentum`` (1.0: TransferAttack's MI-FGSM; the authors' own script runs
     300 I-FGSM steps of 1/255 with a random start per step). Cost: T per model."""
 
-    hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
-
-    default_momentum = 1.0
-    parameters = {**IterativeAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
+    parameters = {**BackwardPathAttack.parameters, "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the layer: a module name, auto (the middle block) or penultimate"),
                   "form": Param("authors", "choice", choices=FORMS, doc="renormalised (authors) or plain linear backward")}
-
-    def init_extra(self, **kwargs):
-        extra = super().init_extra(**kwargs)
-        return extra
-
-    def check(self, cell) -> None:
-        """The declared checks, then that the surgery finds a site in the cell's surrogates."""
-        super().check(cell)
-        check_sites(self, cell)
 
     def surgery(self, shape: tuple[int, ...]):
         """The backward-path change this attack applies (by ``form``) for inputs of ``shape`` (C×H×W)."""
@@ -57,6 +45,3 @@ class LinBP(IterativeAttack):
         start = lambda m: resolve_layer(m, spec, shape)
         return LinearBackwardRenorm(start) if self.extra["form"] == "authors" else LinearBackward(start)
 
-    def perturb(self, S, x, y, index):
-        with applied(self.surgery(tuple(x.shape[1:])), S.models):
-            return super().perturb(S, x, y, index)

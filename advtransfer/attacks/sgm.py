@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from .base import register_attack
 from .params import Param
-from .iterative import IterativeAttack
-from .surgery import SkipGradient, SkipGradientAtReLUs, applied, check_sites
+from .backward import BackwardPathAttack
+from .surgery import SkipGradient, SkipGradientAtReLUs
 
 #: backward-path forms: the authors' code, or the paper's equation (version 1)
 FORMS = ("authors", "equation")
 
 
 @register_attack("sgm", kind="gradient", version=2)
-class SGM(IterativeAttack):
+class SGM(BackwardPathAttack):
     """Parameters: ``gamma`` (γ = 0.2: the authors' setting for ResNets under iterative attacks,
     TransferAttack's and torchattack's default; the paper used 0.5 for DenseNets), ``form``
     (``authors``: as the authors' code, see the module docstring; ``equation``: every residual
@@ -41,20 +41,8 @@ class SGM(IterativeAttack):
     in a surrogate set are attacked unchanged; a set with none (or, with ``form: authors``, with
     only first-of-stage blocks) is a UserError. Cost: T per model."""
 
-    hooks_model = True  # backward-path surgery by hooks: always crafted on the eager model
-
-    default_momentum = 1.0
-    parameters = {**IterativeAttack.parameters, "gamma": Param(0.2, "number", lo=0, lo_open=True, hi=1, doc="residual-gradient decay γ"),
+    parameters = {**BackwardPathAttack.parameters, "gamma": Param(0.2, "number", lo=0, lo_open=True, hi=1, doc="residual-gradient decay γ"),
                   "form": Param("authors", "choice", choices=FORMS, doc="where the decay applies")}
-
-    def init_extra(self, **kwargs):
-        extra = super().init_extra(**kwargs)
-        return extra
-
-    def check(self, cell) -> None:
-        """The declared checks, then that the surgery finds a site in the cell's surrogates."""
-        super().check(cell)
-        check_sites(self, cell)
 
     def surgery(self, shape: tuple[int, ...] | None = None):
         """The backward-path change this attack applies (by ``form``); ``shape`` (C×H×W of the
@@ -62,6 +50,3 @@ class SGM(IterativeAttack):
         g = float(self.extra["gamma"])
         return SkipGradientAtReLUs(g) if self.extra["form"] == "authors" else SkipGradient(g)
 
-    def perturb(self, S, x, y, index):
-        with applied(self.surgery(), S.models):
-            return super().perturb(S, x, y, index)

@@ -213,13 +213,23 @@ def compare_surrogates(run_dir: str | Path, reference: str, method: str = "newco
     if merged.empty:
         raise UserError(f"no row of {run_dir} shares (attack, eps, victim, seed, replicate) with {reference!r}")
     group = ["surrogate_base_a"] + [f"{k}_a" for k in keys if k not in GROUP_DROP]
+    return _within_run(run_dir, merged, group, method, seed, lambda ra, rb: dict(
+        a_label=ra["surrogate_base"], b_label=rb["surrogate_base"], surrogate=ra["surrogate_base"],
+        attack_label=ra["attack_label"], match="none", compare_by="surrogate"))
+
+
+def _within_run(run_dir: str | Path, merged: pd.DataFrame, group: list[str], method: str, seed: int,
+                fields, strata=None) -> pd.DataFrame:
+    """The comparison table of one run's merged (A, B) row pairs, one row per ``group``: each
+    group's pairs (``strata(pairs)`` first, if given, to set their stratum) compared on the run's
+    per-image records, then labelled with ``fields(first A row, first B row)``."""
     samples = Samples(run_dir)
     rows = []
     for pairs in _grouped(merged, group):
+        if strata is not None:
+            pairs = strata(pairs)
         row = _compare_group(pairs, samples, samples, method, seed)
-        ra, rb = pairs[0]
-        row.update(a_label=ra["surrogate_base"], b_label=rb["surrogate_base"], surrogate=ra["surrogate_base"],
-                   attack_label=ra["attack_label"], match="none", compare_by="surrogate")
+        row.update(fields(*pairs[0]))
         rows.append(row)
     out = _finish(rows)
     out["a_run"] = out["b_run"] = Path(run_dir).name
@@ -254,21 +264,16 @@ def compare_victims(run_dir: str | Path, reference: str, method: str = "newcombe
     merged = _merge(rest, ref.assign(ref_rep=ref["victim_rep"]), ["cell_id", "ref_rep"], ["cell_id", "ref_rep"])
     if merged.empty:
         raise UserError(f"no cell of {run_dir} has both {reference!r} and another victim (white-box rows left out)")
-    samples = Samples(run_dir)
-    rows = []
-    for pairs in _grouped(merged, ["victim_base_a", "surrogate_base_a", "attack_label_a", "eps_a", "seed_a"]):
-        # strata: the victim replicate (and the surrogate replicate, if the run has several)
+    def strata(pairs):  # the victim replicate (and the surrogate replicate, if the run has several)
         pairs = [(ra.copy(), rb) for ra, rb in pairs]
         for ra, _ in pairs:
             ra["replicate"] = int(ra["victim_rep"]) * 1000 + int(ra["replicate"])
-        row = _compare_group(pairs, samples, samples, method, seed)
-        ra, rb = pairs[0]
-        row.update(a_label=ra["victim_base"], b_label=rb["victim_base"], victim=ra["victim_base"],
-                   attack_label=ra["attack_label"], match="none", compare_by="victim")
-        rows.append(row)
-    out = _finish(rows)
-    out["a_run"] = out["b_run"] = Path(run_dir).name
-    return out
+        return pairs
+
+    return _within_run(run_dir, merged, ["victim_base_a", "surrogate_base_a", "attack_label_a", "eps_a", "seed_a"],
+                       method, seed, lambda ra, rb: dict(
+                           a_label=ra["victim_base"], b_label=rb["victim_base"], victim=ra["victim_base"],
+                           attack_label=ra["attack_label"], match="none", compare_by="victim"), strata)
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, method: str = "newcombe", seed: int = 0) -> pd.DataFrame:
