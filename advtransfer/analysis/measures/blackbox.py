@@ -276,14 +276,11 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
         raise UserError(f"--blackbox-n must be positive, got {n_images}")
     frames = []
     if run_dir is not None:
-        from ...data import eval_subset, load_dataset
+        from ...grid.runspec import RunSpec
         from ...models import zoo
 
         res, manifest = run_context(run_dir)
-        grid = manifest.get("grid") or {}
-        n = min(n_images, int(grid.get("n", n_images)))
-        x, y, index = eval_subset(load_dataset(grid.get("dataset", "cifar10"), grid.get("split", "test"), data_dir),
-                                  n, int(grid.get("start", 0)))
+        x, y, index = (t[:n_images] for t in RunSpec.from_manifest(manifest).eval_images(data_dir))
         known = sorted(set(res["victim"]))
         vs = list(victims) if victims else known
         bad = [v for v in vs if v not in known]

@@ -91,7 +91,7 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
                device: str = "cpu", cache=None, data_dir=None, write: bool = True,
                log: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
     """Replay FiT for every victim and ε of a run at each target budget Q; RUN/fit.parquet/.csv."""
-    from ...data import eval_subset, load_dataset
+    from ...grid.runspec import RunSpec
     from ...models import zoo
     from ..runs import run_context
 
@@ -99,13 +99,9 @@ def fit_select(run_dir: str | Path, budgets: Sequence[int] = (10, 50, 200), pool
     s = joined_samples(run_dir)
     if "min_l2" not in s.columns or s["min_l2"].isna().all():
         raise UserError("FiT needs minimal distortion: run `advtransfer distortion` (measure_run) first")
-    grid = manifest.get("grid") or {}
-    ds = load_dataset(grid.get("dataset", "cifar10"), grid.get("split", "test"), data_dir)
-    start = int(grid.get("start", 0)) + int(grid.get("n", 0))
-    pool = min(pool, len(ds) - start)
-    if pool < max(budgets):
-        raise UserError(f"FiT needs {max(budgets)} held-out images after the run's subset; only {pool} remain")
-    xh, yh, _ = eval_subset(ds, pool, start)
+    xh, yh, _ = RunSpec.from_manifest(manifest).held_out_images(pool, data_dir)
+    if len(xh) < max(budgets):
+        raise UserError(f"FiT needs {max(budgets)} held-out images after the run's subset; only {len(xh)} remain")
     size = str(res["zoo_size"].iloc[0])
     cache_m: dict[str, torch.Tensor] = {}
 
