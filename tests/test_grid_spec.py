@@ -9,6 +9,7 @@ from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from advtransfer.core.errors import UserError
@@ -199,3 +200,52 @@ def test_the_cli_checks_no_grid_value_itself():
                     and any(isinstance(c, ast.Name) and c.id in ("SIZES", "COMPILE_MODES", "PRECISIONS", "EXECUTORS")
                             for c in n.comparators)]
         assert not compared, f"{name}:{compared[0].lineno} checks a grid value GridSpec.validate checks"
+
+
+def test_the_run_spec_shares_the_grid_specs_defaults_and_records_the_overrides():
+    """RunSpec holds the defaults of GridSpec's plain fields (one copy); a spec's view is its values
+    after the CLI's flags and survives the manifest's JSON unchanged."""
+    import json
+
+    from advtransfer.grid import RunSpec
+
+    for name in RunSpec.field_names():
+        try:
+            default = RunSpec.field_default(name)
+        except KeyError:
+            with pytest.raises(KeyError):
+                GridSpec.field_default(name)
+            continue
+        grid_default = GridSpec.field_default(name)
+        assert (list(grid_default) if name == "seeds" else grid_default) == (list(default) if name == "seeds" else default)
+    view = _spec().with_overrides(n=10, size="cpu").run_spec()
+    assert (view.n, view.size, view.eps, view.victims, view.seeds) == (10, "cpu", (8 / 255,), ("resnet20_b",), (0,))
+    back = RunSpec.from_manifest({"spec": json.loads(json.dumps(view.to_dict())), "grid": {"n": 20}})
+    assert back == view  # the resolved spec wins over the raw grid file
+
+
+def test_a_manifest_from_before_the_spec_reads_its_raw_grid_with_the_defaults():
+    from advtransfer.grid import RunSpec
+
+    old = {"grid": {"eps": ["4/255", "8/255"], "victims": ["vgg_a"], "n": 50, "seeds": 3, "matched": "step",
+                    "plugins": None, "attacks": {"ifgsm": {}}},
+           "grid_file": "grids/older.yaml"}
+    spec = RunSpec.from_manifest(old)
+    assert (spec.name, spec.eps, spec.victims, spec.n, spec.seeds, spec.matched, spec.plugins) == (
+        "older", (4 / 255, 8 / 255), ("vgg_a",), 50, (3,), ("step",), ())
+    for key in ("dataset", "split", "start", "batch_size", "norm", "precision"):
+        assert getattr(spec, key) == GridSpec.field_default(key)
+    assert RunSpec.from_manifest({}).n == GridSpec.field_default("n")  # no manifest: the defaults
+
+
+def test_eval_images_are_the_cell_runners_subset_and_held_out_images_follow_it():
+    from advtransfer.data import eval_subset, load_dataset
+
+    view = _spec(n=12, start=5).run_spec()
+    x, y, index = view.eval_images()
+    ex, ey, eindex = eval_subset(load_dataset("cifar10", "test"), 12, 5)
+    assert torch.equal(x, ex) and torch.equal(y, ey) and index.tolist() == list(range(5, 17))
+    hx, _hy, hindex = view.held_out_images(4)
+    assert hindex.tolist() == [17, 18, 19, 20] and hx.shape[1:] == x.shape[1:]
+    assert len(_spec(n=9990, start=8).run_spec().held_out_images(4)[2]) == 2  # the split ends
+    assert len(_spec(n=10000).run_spec().held_out_images(4)[0]) == 0

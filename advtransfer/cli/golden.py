@@ -11,10 +11,11 @@ def default_baseline(run_dir: str | Path) -> Path:
     """``results/baselines/<grid name>`` of the checkout (``./results`` from an installed copy), the
     grid name from the run's manifest."""
     from ..core.resources import results_dir
+    from ..grid import RunSpec
     from ..run.store import RunStore
 
-    name = (RunStore(run_dir).read_manifest().get("grid") or {}).get("name") or "ci"
-    return results_dir() / "baselines" / str(name)
+    name = RunSpec.from_manifest(RunStore(run_dir).read_manifest()).name or "ci"
+    return results_dir() / "baselines" / name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

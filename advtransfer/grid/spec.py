@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ..core.errors import UserError
+from .runspec import RunSpec
 
 #: how a matched baseline is matched: same step size and steps, or same step size and gradient evaluations
 MATCH_KINDS = ("step", "evals")
@@ -74,7 +75,9 @@ class GridSpec:
     """One grid. ε in pixel space ([0,1] images; 8/255 ≈ 0.0314); ``n`` test images from ``start``.
 
     Fields hold what was given; :meth:`validate` says whether it is usable. ``origin`` maps a field
-    to the CLI flag that set it (messages name the flag instead of the file's key)."""
+    to the CLI flag that set it (messages name the flag instead of the file's key). The fields that
+    are plain values take their defaults from :class:`~advtransfer.grid.runspec.RunSpec` (the view
+    the run manifest records, :meth:`run_spec`; it imports no model code, so the report can read it)."""
 
     name: str                        # the run's name (default: the grid file's stem; the run folder is results/<name>/)
     size: str                        # zoo size: ci, cpu, converged (the shipped zoo) or full (default: $ADVTRANSFER_SIZE or converged)
@@ -82,27 +85,27 @@ class GridSpec:
     attacks: list[AttackEntry]       # label -> {attack: registry name, parameters}; {} takes the defaults
     surrogates: list[SurrogateEntry]  # model names, or lists of them (an ensemble row), or {models, weights, label}
     victims: list[str]               # model names every cell is evaluated on
-    dataset: str = "cifar10"         # cifar10 (or imagenet, a folder with val/)
-    split: str = "test"              # the evaluation images' split
-    n: int = 1000                    # evaluation images, the first n of the split from start
-    start: int = 0                   # first evaluation image's index
-    batch_size: int = 250            # crafting batch (victims evaluate in batches of twice this)
-    seeds: list[int] = field(default_factory=lambda: [0])  # one cell per seed (the attack's randomness)
-    norm: str = "linf"               # linf or l2
-    targeted: bool = False           # every attack targeted (per attack: targeted: true)
-    budget: str = "steps"            # what steps count: steps, or grad_evals (per image)
+    dataset: str = RunSpec.dataset   # cifar10 (or imagenet, a folder with val/)
+    split: str = RunSpec.split       # the evaluation images' split
+    n: int = RunSpec.n               # evaluation images, the first n of the split from start
+    start: int = RunSpec.start       # first evaluation image's index
+    batch_size: int = RunSpec.batch_size  # crafting batch (victims evaluate in batches of twice this)
+    seeds: list[int] = field(default_factory=lambda: list(RunSpec.seeds))  # one cell per seed (the attack's randomness)
+    norm: str = RunSpec.norm         # linf or l2
+    targeted: bool = RunSpec.targeted  # every attack targeted (per attack: targeted: true)
+    budget: str = RunSpec.budget     # what steps count: steps, or grad_evals (per image)
     source: str = ""
     raw: dict = field(default_factory=dict)
-    matched: tuple[str, ...] = ()   # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
-    executor: str = "serial"         # who runs the cells (advtransfer.run.executors); never enters a cell id
-    workers: int | None = None       # local executor: worker processes
-    craft_dataset: str = ""          # training images of universal attacks, if not the dataset's (e.g. unshifted)
-    precision: str = "fp32"          # autocast of the crafting passes (advtransfer.core.accel); enters the cell id if not fp32
-    compile: str = "off"             # torch.compile of single surrogates where timed faster (advtransfer.core.accel); no cell id
-    reference: str | None = None     # the surrogate `compare` and the report compare every other surrogate with
-    description: str = ""            # free text about the grid (its purpose), kept in the run manifest
+    matched: tuple[str, ...] = RunSpec.matched  # add matched baselines: "step" (same α and steps), "evals" (same α and gradient evaluations)
+    executor: str = RunSpec.executor  # who runs the cells (advtransfer.run.executors); never enters a cell id
+    workers: int | None = RunSpec.workers  # local executor: worker processes
+    craft_dataset: str = RunSpec.craft_dataset  # training images of universal attacks, if not the dataset's (e.g. unshifted)
+    precision: str = RunSpec.precision  # autocast of the crafting passes (advtransfer.core.accel); enters the cell id if not fp32
+    compile: str = RunSpec.compile   # torch.compile of single surrogates where timed faster (advtransfer.core.accel); no cell id
+    reference: str | None = RunSpec.reference  # the surrogate `compare` and the report compare every other surrogate with
+    description: str = RunSpec.description  # free text about the grid (its purpose), kept in the run manifest
     defaults: dict = field(default_factory=dict)  # attack parameters of every entry (and of --attack NAME not listed)
-    plugins: tuple[str, ...] = ()    # the user's code and catalogues (advtransfer.plugins); their sha256 enters cell ids
+    plugins: tuple[str, ...] = RunSpec.plugins  # the user's code and catalogues (advtransfer.plugins); their sha256 enters cell ids
     origin: dict = field(default_factory=dict, compare=False, repr=False)
 
     #: fields that are the run's bookkeeping, not grid-file keys
@@ -127,6 +130,12 @@ class GridSpec:
         if f.default_factory is not MISSING:  # type: ignore[misc]
             return f.default_factory()  # type: ignore[misc]
         raise KeyError(f"grid field {name!r} has no default")
+
+    def run_spec(self) -> RunSpec:
+        """The plain values of this spec (every :class:`RunSpec` field, as this spec holds it: after
+        the CLI's flags): what the run manifest records under ``spec`` and what gives the run's
+        evaluation images (:meth:`RunSpec.eval_images`)."""
+        return RunSpec.from_values({name: getattr(self, name) for name in RunSpec.field_names()})
 
     def model_names(self) -> list[str]:
         names = [m for s in self.surrogates for m in s.models] + list(self.victims) + self.aux_models()

@@ -229,8 +229,7 @@ class CellRunner:
         specs = zoo.load_specs()
         self.variants = {m: zoo.get_spec(m, specs).data_variant(spec.size) for m in spec.model_names()}
         self.cells = expand_cells(spec, self.shas)
-        ds = load_dataset(spec.dataset, spec.split, data_dir)
-        self.x, self.y, self.index = eval_subset(ds, spec.n, spec.start)
+        self.x, self.y, self.index = spec.run_spec().eval_images(data_dir)  # the measures reload these
         if str(device).startswith("cuda"):  # page-locked host copies: faster batch transfers to the GPU
             self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
         self.models = ModelCache(spec.size, cache, device, data_dir, spec.compile, log)

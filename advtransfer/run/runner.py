@@ -108,7 +108,10 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         runner.models.get(m)
     manifest = store.read_manifest()
     manifest.update({
-        "run_id": runner.run_id, "grid": spec.raw, "grid_file": spec.source, "reference": spec.reference,
+        # spec: the values the run used (CLI flags applied), what the analyses read
+        # (RunSpec.from_manifest); grid: the file as written, for provenance
+        "run_id": runner.run_id, "spec": spec.run_spec().to_dict(), "grid": spec.raw, "grid_file": spec.source,
+        "reference": spec.reference,
         "plugins": plugin_records(spec.plugins),
         "git_sha": runner.sha,
         "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

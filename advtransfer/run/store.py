@@ -5,7 +5,7 @@ RUN_DIR/
   shards/<cell_id>.parquet       the cell's rows, one per victim (rewritten atomically)
   samples/<cell_id>.parquet      per-image results (victim, index, success, l2)
   results.parquet, results.csv   all shards merged
-  manifest.json                  resolved grid, versions, git sha, zoo cards
+  manifest.json                  resolved spec (grid.RunSpec), raw grid file, versions, git sha, zoo cards
   run.lock, lock.json            held by the run writing the folder (see advtransfer.core.lock)
   run.log                        what each run printed, with timestamps
 Every write goes to a temporary file and is renamed into place, so a killed run leaves either

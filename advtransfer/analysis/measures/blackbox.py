@@ -165,6 +165,100 @@ def _gens(index: torch.Tensor, seed: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(int(seed) * 1_000_003 + int(i)) for i in index.tolist()]
 
 
+def _starting_points(o: _Oracle, todo: torch.Tensor, gens: list[torch.Generator], init_trials: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """HopSkipJump's starting points: for each image of ``todo`` (indices into ``o.x``), uniform
+    noise in [0, 1] drawn from its own generator until a draw is adversarial, at most
+    ``init_trials`` draws (one query each, within the image's budget). Returns (points: ``o.x``
+    with each found image replaced by its adversarial draw, found: bool per image of ``o.x``)."""
+    x = o.x
+    start = x.clone()
+    found = torch.zeros(o.n, dtype=torch.bool)
+    for _ in range(init_trials):
+        idx = todo[~found[todo] & (o.left(todo) > 0)]
+        if len(idx) == 0:
+            break
+        u = torch.stack([torch.rand(x[0].shape, generator=gens[i]) for i in idx.tolist()])
+        a, _ = o.ask(idx, u)
+        start[idx[a]] = u[a]
+        found[idx[a]] = True
+    return start, found
+
+
+def _direction(o: _Oracle, img: torch.Tensor, cur: torch.Tensor, dist: torch.Tensor, t: int,
+               gens: list[torch.Generator], norm: str, theta: float, init_evals: int, max_evals: int
+               ) -> torch.Tensor:
+    """Iteration ``t``'s estimate of the boundary's gradient direction at the points ``cur`` of
+    images ``img`` (``dist``: their distances to the clean images, pixel units, in ``norm``): B =
+    min(init_evals·√t, max_evals) random probes per image from its generator, each one query.
+    Returns the unit-L2 direction (l2) or its sign (linf), shaped like ``cur``."""
+    x = o.x
+    d = x[0].numel()
+    B = min(int(init_evals * math.sqrt(t)), max_evals)
+    delta = torch.full_like(dist, 0.1) if t == 1 else (
+        math.sqrt(d) * theta * dist if norm == "l2" else d * theta * dist)
+    rv = torch.stack([(torch.randn if norm == "l2" else lambda *s, generator: 2 * torch.rand(*s, generator=generator) - 1)(
+        (B, *x.shape[1:]), generator=gens[i]) for i in img.tolist()])          # m×B×C×H×W
+    rv = rv / rv.flatten(2).norm(dim=2).clamp_min(1e-12)[..., None, None, None]
+    dl = delta.float().view(-1, 1, 1, 1, 1)
+    probe = (cur[:, None] + dl * rv).clamp(0, 1)
+    rv = (probe - cur[:, None]) / dl
+    a, ans = o.ask(img.repeat_interleave(B), probe.flatten(0, 1))
+    phi = (2 * a.float() - 1).view(len(img), B)
+    w = ans.view(len(img), B).float()
+    nb = w.sum(1).clamp_min(1)
+    mean_phi = (phi * w).sum(1) / nb
+    allsame = ((phi * w).sum(1).abs() == w.sum(1))
+    f = torch.where(allsame[:, None], phi, phi - mean_phi[:, None]) * w
+    g = (f[..., None, None, None] * rv).sum(1) / nb.view(-1, 1, 1, 1)
+    return g / g.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1) if norm == "l2" else g.sign()
+
+
+def _geometric_step(o: _Oracle, img: torch.Tensor, cur: torch.Tensor, v: torch.Tensor, dist: torch.Tensor,
+                    t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Iteration ``t``'s step along ``v`` from ``cur``: size dist/√t (pixel units), halved until the
+    step is adversarial (at most 64 tries, one query each, within budget). Returns (points: the
+    accepted steps, ``cur`` where none was; accepted: bool per image)."""
+    xi = (dist / math.sqrt(t)).float()
+    cand = cur.clone()
+    live = o.left(img) > 0
+    ok = torch.zeros(len(img), dtype=torch.bool)
+    for _ in range(64):
+        idx = (live & ~ok & (o.left(img) > 0)).nonzero().squeeze(1)
+        if len(idx) == 0:
+            break
+        c = (cur[idx] + xi[idx].view(-1, 1, 1, 1) * v[idx]).clamp(0, 1)
+        a, ans = o.ask(img[idx], c)
+        cand[idx[a]] = c[a]
+        ok[idx[a]] = True
+        xi[idx[ans & ~a]] /= 2
+        live[idx[~ans]] = False
+    return cand, ok
+
+
+def _walk(o: _Oracle, img: torch.Tensor, start: torch.Tensor, norm: str, theta: float,
+          gens: list[torch.Generator], init_evals: int, max_evals: int) -> None:
+    """HopSkipJump's iterations for images ``img`` (indices into ``o.x``) from their adversarial
+    starting points ``start``, until each image's query budget is spent; the oracle records the
+    best distortions found."""
+    cur = _binary_search(o, img, start, norm, theta)
+    dist = _dist(cur, o.x[img], norm).double()
+    t = 0
+    while True:
+        keep = o.left(img) > 0
+        img, cur, dist = img[keep], cur[keep], dist[keep]
+        if len(img) == 0:
+            break
+        t += 1
+        v = _direction(o, img, cur, dist, t, gens, norm, theta, init_evals, max_evals)
+        cand, ok = _geometric_step(o, img, cur, v, dist, t)
+        # back to the boundary from the accepted steps; images without an accepted step keep cur
+        if ok.any():
+            j = ok.nonzero().squeeze(1)
+            cur[j] = _binary_search(o, img[j], cand[j], norm, theta)
+            dist[j] = _dist(cur[j], o.x[img[j]], norm).double()
+
+
 def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[int] = (100, 1000),
          norm: str = "l2", index: torch.Tensor | None = None, seed: int = 0, init_trials: int = 100,
          init_evals: int = 100, max_evals: int = 10_000, gamma: float = 1.0,
@@ -191,67 +285,10 @@ def hsja(model: nn.Module, x: torch.Tensor, y: torch.Tensor, budgets: Sequence[i
     # clean query
     a0, _ = o.ask(torch.arange(n), x)   # misclassified images stop here (distortion 0 recorded by ask)
     todo = (~a0).nonzero().squeeze(1)
-    # starting points: uniform noise until adversarial
-    start = x.clone()
-    found = torch.zeros(n, dtype=torch.bool)
-    for _ in range(init_trials):
-        idx = todo[~found[todo] & (o.left(todo) > 0)]
-        if len(idx) == 0:
-            break
-        u = torch.stack([torch.rand(x[0].shape, generator=gens[i]) for i in idx.tolist()])
-        a, _ = o.ask(idx, u)
-        start[idx[a]] = u[a]
-        found[idx[a]] = True
+    start, found = _starting_points(o, todo, gens, init_trials)
     img = todo[found[todo]]
     if len(img):
-        cur = _binary_search(o, img, start[img], norm, theta)
-        dist = _dist(cur, x[img], norm).double()
-        t = 0
-        while True:
-            keep = o.left(img) > 0
-            img, cur, dist = img[keep], cur[keep], dist[keep]
-            if len(img) == 0:
-                break
-            t += 1
-            # gradient-direction estimate at the boundary points
-            B = min(int(init_evals * math.sqrt(t)), max_evals)
-            delta = torch.full_like(dist, 0.1) if t == 1 else (
-                math.sqrt(d) * theta * dist if norm == "l2" else d * theta * dist)
-            rv = torch.stack([(torch.randn if norm == "l2" else lambda *s, generator: 2 * torch.rand(*s, generator=generator) - 1)(
-                (B, *x.shape[1:]), generator=gens[i]) for i in img.tolist()])          # m×B×C×H×W
-            rv = rv / rv.flatten(2).norm(dim=2).clamp_min(1e-12)[..., None, None, None]
-            dl = delta.float().view(-1, 1, 1, 1, 1)
-            probe = (cur[:, None] + dl * rv).clamp(0, 1)
-            rv = (probe - cur[:, None]) / dl
-            a, ans = o.ask(img.repeat_interleave(B), probe.flatten(0, 1))
-            phi = (2 * a.float() - 1).view(len(img), B)
-            w = ans.view(len(img), B).float()
-            nb = w.sum(1).clamp_min(1)
-            mean_phi = (phi * w).sum(1) / nb
-            allsame = ((phi * w).sum(1).abs() == w.sum(1))
-            f = torch.where(allsame[:, None], phi, phi - mean_phi[:, None]) * w
-            g = (f[..., None, None, None] * rv).sum(1) / nb.view(-1, 1, 1, 1)
-            v = g / g.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1) if norm == "l2" else g.sign()
-            # geometric step search
-            xi = (dist / math.sqrt(t)).float()
-            cand = cur.clone()
-            live = o.left(img) > 0
-            ok = torch.zeros(len(img), dtype=torch.bool)
-            for _ in range(64):
-                idx = (live & ~ok & (o.left(img) > 0)).nonzero().squeeze(1)
-                if len(idx) == 0:
-                    break
-                c = (cur[idx] + xi[idx].view(-1, 1, 1, 1) * v[idx]).clamp(0, 1)
-                a, ans = o.ask(img[idx], c)
-                cand[idx[a]] = c[a]
-                ok[idx[a]] = True
-                xi[idx[ans & ~a]] /= 2
-                live[idx[~ans]] = False
-            # back to the boundary from the accepted steps; images without an accepted step keep cur
-            if ok.any():
-                j = ok.nonzero().squeeze(1)
-                cur[j] = _binary_search(o, img[j], cand[j], norm, theta)
-                dist[j] = _dist(cur[j], x[img[j]], norm).double()
+        _walk(o, img, start[img], norm, theta, gens, init_evals, max_evals)
     return {"min_l2": o.best_l2.clone(), "min_linf": o.best_linf.clone(), "queries": o.count.clone(),
             "budgets": torch.tensor(budgets)}
 
@@ -276,14 +313,11 @@ def measure_blackbox(run_dir: str | Path | None = None, victims: Iterable[str] |
         raise UserError(f"--blackbox-n must be positive, got {n_images}")
     frames = []
     if run_dir is not None:
-        from ...data import eval_subset, load_dataset
+        from ...grid.runspec import RunSpec
         from ...models import zoo
 
         res, manifest = run_context(run_dir)
-        grid = manifest.get("grid") or {}
-        n = min(n_images, int(grid.get("n", n_images)))
-        x, y, index = eval_subset(load_dataset(grid.get("dataset", "cifar10"), grid.get("split", "test"), data_dir),
-                                  n, int(grid.get("start", 0)))
+        x, y, index = (t[:n_images] for t in RunSpec.from_manifest(manifest).eval_images(data_dir))
         known = sorted(set(res["victim"]))
         vs = list(victims) if victims else known
         bad = [v for v in vs if v not in known]

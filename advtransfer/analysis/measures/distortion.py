@@ -298,18 +298,17 @@ class _Models:
 
 def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """(x, x_adv, y, target or None, index) of a cached cell: clean images reloaded from the
-    dataset by the cached dataset indices (they must lie in the grid's n/start subset)."""
-    from ...data import eval_subset, load_dataset
+    """(x, x_adv, y, target or None, index) of a cached cell: clean images (pixels in [0, 1]) taken
+    from the run's evaluation images (:meth:`RunSpec.eval_images` of the ``manifest``) by the cached
+    dataset indices, which must lie among them."""
+    from ...grid.runspec import RunSpec
     from ...run.store import RunStore
 
     cached = RunStore(run_dir).load_adv(cell_id)
     if cached is None:
         raise UserError(f"cell {cell_id} has no cached examples in {run_dir}/adv; rerun the grid to craft them")
     t, _meta = cached
-    grid = manifest.get("grid") or {}
-    ds = load_dataset(grid.get("dataset", "cifar10"), grid.get("split", "test"), data_dir)
-    x_all, y_all, idx_all = eval_subset(ds, int(grid.get("n", len(t["index"]))), int(grid.get("start", 0)))
+    x_all, y_all, idx_all = RunSpec.from_manifest(manifest).eval_images(data_dir)
     pos = {int(i): k for k, i in enumerate(idx_all.tolist())}
     try:
         rows = torch.tensor([pos[int(i)] for i in t["index"].tolist()], dtype=torch.int64)

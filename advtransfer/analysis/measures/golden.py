@@ -260,7 +260,7 @@ def environment(threads: int | None = None) -> dict:
 
 
 MODELS_DIR = "zoo"
-#: images per probe batch when the run's manifest does not give the grid's batch size
+#: images per probe batch when a baseline's meta.json does not record its probe batch
 PROBE_BATCH = 100
 
 
@@ -357,6 +357,7 @@ def write_baseline(run_dir: str | Path, out_dir: str | Path, threads: int | None
     right when the run was made in this process, as in the tests and ``make golden-update``).
     ``models_from``: the cache the run's models came from; they are copied into ``OUT/zoo/``
     (:func:`copy_models`) and the meta gets their :func:`kernel_probe`."""
+    from ...grid.runspec import RunSpec
     from ...run.store import RunStore
     from ...core.utils import atomic_path, atomic_write_text
 
@@ -365,17 +366,17 @@ def write_baseline(run_dir: str | Path, out_dir: str | Path, threads: int | None
         raise UserError(f"{run_dir} has no rows; nothing to write as a baseline")
     manifest = RunStore(run_dir).read_manifest()
     out = Path(out_dir)
-    grid = manifest.get("grid") or {}
+    spec = RunSpec.from_manifest(manifest)
     env = environment(threads)
     probe = {}
     if models_from is not None:
-        root = copy_models(manifest.get("zoo") or {}, str(grid.get("size")), models_from, out)
-        batch = int(grid.get("batch_size") or PROBE_BATCH)
-        probe = {"kernel_probe": kernel_probe(root, str(grid.get("size")), env["threads"], batch), "probe_batch": batch}
+        root = copy_models(manifest.get("zoo") or {}, spec.size, models_from, out)
+        batch = spec.batch_size  # the batch the run crafted in
+        probe = {"kernel_probe": kernel_probe(root, spec.size, env["threads"], batch), "probe_batch": batch}
     with atomic_path(out / COUNTS_FILE) as tmp:
         t.to_csv(tmp, index=False, lineterminator="\n")
     meta = {
-        "grid": grid.get("name"), "n": grid.get("n"), "zoo_size": grid.get("size"), "rows": len(t),
+        "grid": spec.name, "n": spec.n, "zoo_size": spec.size, "rows": len(t),
         "git_sha": manifest.get("git_sha"), **env, **probe,
         "zoo_sha256": {m: c.get("sha256") for m, c in sorted((manifest.get("zoo") or {}).items())},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -30,7 +30,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pandas as pd
 import torch
@@ -38,8 +38,10 @@ from torch import nn
 
 from ...core.errors import UserError
 from ...core.registry import Registry
-
 from ..runs import MEASURES_DIR
+
+if TYPE_CHECKING:
+    from ...grid.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,15 @@ class MeasureContext:
     cache: str | None = None
     data_dir: str | None = None
     _models: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def spec(self) -> "RunSpec":
+        """What the run used: dataset, split, ``n`` images from ``start``, zoo size, ε (pixel
+        space), seeds, ... (:meth:`advtransfer.grid.RunSpec.from_manifest`); its
+        :meth:`~advtransfer.grid.RunSpec.eval_images` are the images the run evaluated."""
+        from ...grid.runspec import RunSpec
+
+        return RunSpec.from_manifest(self.manifest)
 
     def cells(self) -> Iterator:
         """One named tuple per cell (its first results row: cell_id, surrogate, attack_label, eps,

@@ -126,20 +126,10 @@ class MatchedPair:
         return self.asr_attack - self.asr_matched
 
 
-def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str], baseline: str = "mifgsm",
-                  seed: int = 0, eps: float | None = None, surrogates: tuple[str, ...] | None = None,
-                  victims: tuple[str, ...] | None = None) -> list[MatchedPair]:
-    """Every (attack, surrogate, held-out victim: neither the surrogate nor a replicate of it) of
-    ``run_dir`` matched on ``ladder_dir``'s ``baseline`` ladder at the attack's white-box ASR (see
-    the module docstring), sorted by attack, surrogate and victim; ``eps``, ``surrogates`` (names
-    or replicate bases) and ``victims`` restrict the attack's rows. A surrogate without a white-box
-    row or a ladder of at least two radii (with its white-box rows) is left out, and so is a victim
-    the ladder did not evaluate at every radius. The resamples of the test images are one seeded
-    draw shared by every pair, so pairs can be pooled resample by resample."""
-    res, lad = _read(run_dir), _read(ladder_dir)
-    lad = lad[lad["attack_label"] == baseline]
-    if lad.empty:
-        raise UserError(f"{ladder_dir}: no {baseline} rows; run the ladder grid (grids/repr-vs-data.yaml) into it")
+def _attack_rows(res: pd.DataFrame, attacks: list[str], eps: float | None, surrogates: tuple[str, ...] | None,
+                 run_dir: str | Path) -> pd.DataFrame:
+    """The rows of ``attacks`` in the run's single-model rows ``res``, at ``eps`` (pixel units) and
+    on ``surrogates`` (names or replicate bases) where given; UserError naming what is missing."""
     unknown = [a for a in attacks if a not in set(res["attack_label"])]
     if unknown:
         raise UserError(f"{run_dir}: no rows of attack {', '.join(unknown)}; "
@@ -154,59 +144,100 @@ def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str
                         + (f" at eps {eps * 255:.4g}/255" if eps is not None else "")
                         + (f" on surrogates {', '.join(surrogates)}" if surrogates is not None else "")
                         + "; run the attack's grid at that eps into it")
-    check_same_weights(res, lad[lad["surrogate"].isin(set(res["surrogate"]))], run_dir, ladder_dir)
-    img_a, img_l = pooling.Images(run_dir, res), pooling.Images(ladder_dir, lad)
-    common = np.intersect1d(img_a.index, img_l.index)
-    if len(common) == 0:
-        raise UserError("the two runs share no test image; run the ladder on the same images (n, start)")
-    W = pooling.boot_weights(len(common), seed)
-    pos_a = np.searchsorted(img_a.index, common)
-    pos_l = np.searchsorted(img_l.index, common)
+    return res
 
-    def pooled(images: pooling.Images, pos: np.ndarray, cell_id: str, victim: str) -> tuple:
-        s, c = images.row(cell_id, victim)
-        return pooling.pooled(s[pos], c[pos], W)
 
-    def by_eps(rows: pd.DataFrame) -> dict[float, tuple[str, str]]:
-        """eps -> (cell_id, victim) of the first of ``rows`` at that radius (a lookup per radius
-        instead of a pandas filter: this loop dominated ``make claims``)."""
-        return dict(zip(rows["eps"].iloc[::-1], zip(rows["cell_id"].iloc[::-1], rows["victim"].iloc[::-1])))
+class _SharedImages:
+    """The per-image flags of both runs on the test images they share, and one seeded bootstrap
+    draw over those images (``N_BOOT`` resamples) that every pair uses."""
 
+    def __init__(self, run_dir: str | Path, res: pd.DataFrame, ladder_dir: str | Path, lad: pd.DataFrame,
+                 seed: int) -> None:
+        self.img_a, self.img_l = pooling.Images(run_dir, res), pooling.Images(ladder_dir, lad)
+        self.common = np.intersect1d(self.img_a.index, self.img_l.index)
+        if len(self.common) == 0:
+            raise UserError("the two runs share no test image; run the ladder on the same images (n, start)")
+        self.W = pooling.boot_weights(len(self.common), seed)
+        self.pos_a = np.searchsorted(self.img_a.index, self.common)
+        self.pos_l = np.searchsorted(self.img_l.index, self.common)
+
+    def attack(self, cell_id: str, victim: str) -> tuple:
+        """Pooled ASR of a row of the attack's run on the shared images (:func:`pooling.pooled`)."""
+        s, c = self.img_a.row(cell_id, victim)
+        return pooling.pooled(s[self.pos_a], c[self.pos_a], self.W)
+
+    def ladder(self, cell_id: str, victim: str) -> tuple:
+        """Pooled ASR of a row of the ladder run on the shared images (:func:`pooling.pooled`)."""
+        s, c = self.img_l.row(cell_id, victim)
+        return pooling.pooled(s[self.pos_l], c[self.pos_l], self.W)
+
+
+def _by_eps(rows: pd.DataFrame) -> dict[float, tuple[str, str]]:
+    """eps -> (cell_id, victim) of the first of ``rows`` at that radius (a lookup per radius
+    instead of a pandas filter: this loop dominated ``make claims``)."""
+    return dict(zip(rows["eps"].iloc[::-1], zip(rows["cell_id"].iloc[::-1], rows["victim"].iloc[::-1])))
+
+
+def _surrogate_pairs(atk: str, sur: str, sub: pd.DataFrame, ls: pd.DataFrame, images: _SharedImages,
+                     victims: tuple[str, ...] | None) -> list[MatchedPair]:
+    """The pairs of attack ``atk`` on surrogate ``sur`` (its rows ``sub``) against the ladder's
+    rows ``ls`` on that surrogate, one per held-out victim (sorted by name) the ladder evaluated
+    at every radius; none without a white-box row or a ladder of two white-box radii."""
+    wb = sub[sub["victim"] == sur]
+    if wb.empty or ls.empty or (ls["victim"] == sur).sum() < 2:
+        return []
+    radii = np.array(sorted(ls["eps"].unique()))
+    w_a = images.attack(wb["cell_id"].iloc[0], wb["victim"].iloc[0])
+    at = _by_eps(ls[ls["victim"] == sur])
+    ladder_w = [images.ladder(*at[e]) for e in radii]
+    wl = np.stack([p[3] for p in ladder_w], 1)
+    wl0 = np.array([[p[0] for p in ladder_w]])
+    # held out: neither the surrogate nor another replicate of it (resnet20_a@r1 for resnet20_a)
+    held_out = sub[sub["victim"].map(lambda v: str(v).partition("@r")[0]) != str(sur).partition("@r")[0]]
+    if victims is not None:
+        held_out = held_out[held_out["victim"].isin(victims)]
     out: list[MatchedPair] = []
-    for (atk, sur), sub in res.groupby(["attack_label", "surrogate"], sort=True):
-        wb = sub[sub["victim"] == sur]
-        ls = lad[lad["surrogate"] == sur]
-        if wb.empty or ls.empty or (ls["victim"] == sur).sum() < 2:
+    for _, r in held_out.sort_values("victim").iterrows():
+        v = r["victim"]
+        lv = ls[ls["victim"] == v]
+        if len(lv) != len(radii):
             continue
-        radii = np.array(sorted(ls["eps"].unique()))
-        w_a = pooled(img_a, pos_a, wb["cell_id"].iloc[0], wb["victim"].iloc[0])
-        at = by_eps(ls[ls["victim"] == sur])
-        ladder_w = [pooled(img_l, pos_l, *at[e]) for e in radii]
-        wl = np.stack([p[3] for p in ladder_w], 1)
-        wl0 = np.array([[p[0] for p in ladder_w]])
-        # held out: neither the surrogate nor another replicate of it (resnet20_a@r1 for resnet20_a)
-        held_out = sub[sub["victim"].map(lambda v: str(v).partition("@r")[0]) != str(sur).partition("@r")[0]]
-        if victims is not None:
-            held_out = held_out[held_out["victim"].isin(victims)]
-        for _, r in held_out.sort_values("victim").iterrows():
-            v = r["victim"]
-            lv = ls[ls["victim"] == v]
-            if len(lv) != len(radii):
-                continue
-            a = pooled(img_a, pos_a, r["cell_id"], v)
-            at = by_eps(lv)
-            ladder_t = [pooled(img_l, pos_l, *at[e]) for e in radii]
-            tl = np.stack([p[3] for p in ladder_t], 1)
-            t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), radii)
-            tb, _ = _interp(w_a[3], wl, tl, radii)
-            same = lv[np.isclose(lv["eps"], r["eps"])]
-            out.append(MatchedPair(
-                attack=atk, surrogate=sur, victim=v, eps=float(r["eps"]), whitebox_attack=w_a[0],
-                whitebox_ladder_max=float(wl0.max()), asr_attack=a[0], asr_matched=float(t0[0]),
-                eps_matched=float(e0[0]), asr_same_eps=float(same["asr"].iloc[0]) if len(same) else np.nan,
-                grad_evals_attack=float(r["grad_evals"]), grad_evals_matched=_interp_evals(lv, radii, float(e0[0])),
-                n_images=len(common), boot_diff=a[3] - tb))
+        a = images.attack(r["cell_id"], v)
+        at = _by_eps(lv)
+        ladder_t = [images.ladder(*at[e]) for e in radii]
+        tl = np.stack([p[3] for p in ladder_t], 1)
+        t0, e0 = _interp(np.array([w_a[0]]), wl0, np.array([[p[0] for p in ladder_t]]), radii)
+        tb, _ = _interp(w_a[3], wl, tl, radii)
+        same = lv[np.isclose(lv["eps"], r["eps"])]
+        out.append(MatchedPair(
+            attack=atk, surrogate=sur, victim=v, eps=float(r["eps"]), whitebox_attack=w_a[0],
+            whitebox_ladder_max=float(wl0.max()), asr_attack=a[0], asr_matched=float(t0[0]),
+            eps_matched=float(e0[0]), asr_same_eps=float(same["asr"].iloc[0]) if len(same) else np.nan,
+            grad_evals_attack=float(r["grad_evals"]), grad_evals_matched=_interp_evals(lv, radii, float(e0[0])),
+            n_images=len(images.common), boot_diff=a[3] - tb))
     return out
+
+
+def matched_pairs(run_dir: str | Path, ladder_dir: str | Path, attacks: list[str], baseline: str = "mifgsm",
+                  seed: int = 0, eps: float | None = None, surrogates: tuple[str, ...] | None = None,
+                  victims: tuple[str, ...] | None = None) -> list[MatchedPair]:
+    """Every (attack, surrogate, held-out victim: neither the surrogate nor a replicate of it) of
+    ``run_dir`` matched on ``ladder_dir``'s ``baseline`` ladder at the attack's white-box ASR (see
+    the module docstring), sorted by attack, surrogate and victim; ``eps`` (pixel units),
+    ``surrogates`` (names or replicate bases) and ``victims`` restrict the attack's rows. A
+    surrogate without a white-box row or a ladder of at least two radii (with its white-box rows)
+    is left out, and so is a victim the ladder did not evaluate at every radius. The resamples of
+    the test images are one seeded draw shared by every pair, so pairs can be pooled resample by
+    resample."""
+    res, lad = _read(run_dir), _read(ladder_dir)
+    lad = lad[lad["attack_label"] == baseline]
+    if lad.empty:
+        raise UserError(f"{ladder_dir}: no {baseline} rows; run the ladder grid (grids/repr-vs-data.yaml) into it")
+    res = _attack_rows(res, attacks, eps, surrogates, run_dir)
+    check_same_weights(res, lad[lad["surrogate"].isin(set(res["surrogate"]))], run_dir, ladder_dir)
+    images = _SharedImages(run_dir, res, ladder_dir, lad, seed)
+    return [pair for (atk, sur), sub in res.groupby(["attack_label", "surrogate"], sort=True)
+            for pair in _surrogate_pairs(atk, sur, sub, lad[lad["surrogate"] == sur], images, victims)]
 
 
 def _interp_evals(lv: pd.DataFrame, radii: np.ndarray, eps: float) -> float:

@@ -10,9 +10,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from ...grid.runspec import RunSpec
 
 
 # --- document model ------------------------------------------------------------------------------
@@ -71,6 +74,14 @@ class ReportContext:
     manifest: dict
     comparisons: pd.DataFrame | None
     comparisons_note: str = ""
+
+    @property
+    def spec(self) -> "RunSpec":
+        """What the run used (dataset, split, n, zoo size, ...): the manifest's resolved spec, or for
+        a run from before it the raw grid file with the spec's defaults (:meth:`RunSpec.from_manifest`)."""
+        from ...grid.runspec import RunSpec
+
+        return RunSpec.from_manifest(self.manifest)
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the report folder, with forward slashes (for md and html)."""

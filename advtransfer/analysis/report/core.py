@@ -58,14 +58,13 @@ def comparison_sentence(r: pd.Series | dict) -> str:
 
 # --- core sections ------------------------------------------------------------------------------------
 def section_configuration(ctx: ReportContext) -> Section:
-    df, man = ctx.results, ctx.manifest
-    grid = man.get("grid") or {}
+    df, man, spec = ctx.results, ctx.manifest, ctx.spec
     first = df.iloc[0]
     items = [
         ("run", str(man.get("run_id") or first.get("run_id", ctx.run_dir.name))),
-        ("grid", str(grid.get("name") or man.get("grid_file") or "n/a")),
+        ("grid", str(spec.name or man.get("grid_file") or "n/a")),
         ("dataset", f"{first.get('dataset', 'n/a')} / {first.get('split', 'n/a')}, n = {int(first.get('n', 0))} images"),
-        ("zoo size", str(first.get("zoo_size", grid.get("size", "n/a")))),
+        ("zoo size", str(first.get("zoo_size", spec.size or "n/a"))),
         ("attacks", ", ".join(sorted(df["attack_label"].unique()))),
         ("ε", ", ".join(dict.fromkeys(df.sort_values("eps")["eps_str"]))),
         ("seeds", ", ".join(str(s) for s in sorted(df["seed"].unique()))),

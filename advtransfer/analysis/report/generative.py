@@ -160,11 +160,10 @@ def _labels_reader(run_dir):
         if "v" not in cache:
             cache["v"] = None
             try:
-                from ...data import load_dataset
+                from ...grid.runspec import RunSpec
                 from ...run.store import RunStore
 
-                grid = RunStore(run_dir).read_manifest().get("grid") or {}
-                ds = load_dataset(str(grid.get("dataset", "cifar10")), str(grid.get("split", "test")))
+                ds = RunSpec.from_manifest(RunStore(run_dir).read_manifest()).load_split()
                 cache["v"] = (np.asarray(ds.y), len(ds.classes))
             except (UserError, OSError, ValueError, KeyError):
                 pass
@@ -324,8 +323,7 @@ def _per_target_pooled(run_dir, rows: pd.DataFrame) -> dict[int, tuple[int, int,
 
 
 def _class_names(ctx: ReportContext) -> list[str]:
-    dataset = str((ctx.manifest.get("grid") or {}).get("dataset", ""))
-    if dataset.startswith("cifar10"):
+    if ctx.spec.dataset.startswith("cifar10"):
         from ...data import CIFAR10_CLASSES
 
         return list(CIFAR10_CLASSES)
