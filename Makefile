@@ -108,8 +108,9 @@ claims: $(STAMP)
 # The documentation site: docs/ with mkdocs.yml, built by mkdocs-material in strict mode (a broken
 # link or a page missing from the nav fails the build) into site/ (not committed). Its packages are
 # pyproject.toml's `docs` extra, installed into the venv on first use without reinstalling the
-# package; the reference pages (docs/reference/, not committed) are generated from the installed
-# package's code by scripts/gen_reference.py first.
+# package; the reference pages (docs/reference/) are generated from the installed package's code by
+# scripts/gen_reference.py and the results pages (docs/results/) from claims/records by
+# scripts/gen_results.py first (neither is committed).
 DOCS_STAMP := $(VENV)/.docs-installed
 
 $(DOCS_STAMP): pyproject.toml
@@ -120,6 +121,7 @@ $(DOCS_STAMP): pyproject.toml
 
 docs: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python scripts/gen_reference.py docs/reference
+	$(BIN)/python scripts/gen_results.py docs/results
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean-results:  # every run folder; the committed baselines stay

@@ -1,6 +1,6 @@
 """The documentation site builds in strict mode (a broken link, a missing anchor or a page left out
-of the nav fails) with its reference pages generated from this checkout's code, and the README
-stays a front door."""
+of the nav fails) with its reference pages generated from this checkout's code and its results
+pages from the committed claims records, and the README stays a front door."""
 from __future__ import annotations
 
 import os
@@ -42,8 +42,21 @@ def test_the_site_builds_strictly_with_generated_reference(tmp_path):
         assert f"## {name}\n" in attacks and ATTACKS.get(name).kind in attacks
     assert "`8/255`" in attacks  # ε's default as a grid file spells it
     assert "`batch_size`" in (ref / "grid.md").read_text() and "`asr_ci_low`" in (ref / "schema.md").read_text()
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_results.py"), str(tmp_path / "docs" / "results")],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    index = (tmp_path / "docs" / "results" / "index.md").read_text()
+    # one page and figure per claim measured at some size, linked from the index
+    import yaml
+
+    ids = [c["id"] for c in yaml.safe_load((REPO / "claims" / "cifar10.yaml").read_text())["claims"]]
+    for cid in ids:
+        assert f"(claims/{cid}.md)" in index and (tmp_path / "docs" / "results" / "claims" / f"{cid}.md").is_file()
+    assert (tmp_path / "docs" / "results" / "claims" / "lgv.png").stat().st_size > 5000
+    assert "holds (+" in index  # verdicts with their differences, recomputed from the records
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                            capture_output=True, text=True, cwd=tmp_path, env=env)
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "site" / "reference" / "attacks.html").is_file() and (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "results" / "claims" / "lgv.html").is_file()
