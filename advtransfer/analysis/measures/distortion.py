@@ -281,8 +281,8 @@ def _measured(df: pd.DataFrame, victim: str, spec: str) -> bool:
     return len(rows) > 0 and bool(rows["queries"].notna().all()) and bool((rows["min_search"] == spec).all())
 
 
-class _Models:
-    """Loads victims once (zoo size from the results table)."""
+class ModelCache:
+    """Loads each (model, zoo size) of a run once (member 0, eval mode, on ``device``)."""
 
     def __init__(self, cache, device: str) -> None:
         self.cache, self.device, self._m = cache, device, {}
@@ -340,7 +340,7 @@ def measure_run(run_dir: str | Path, victims: Iterable[str] | None = None, cap: 
     if unknown:
         raise UserError(f"victim(s) {', '.join(unknown)} not in this run's results (it has: {', '.join(sorted(known))})")
     spec = search_spec(cap, rel_tol, abs_tol, scan_per_unit)
-    models = _Models(cache, device)
+    models = ModelCache(cache, device)
     store = RunStore(run_dir)
     for cell_id, rows in res.groupby("cell_id", sort=False):
         df = store.read_samples(cell_id, required=True)

@@ -27,10 +27,9 @@ the sha256 in the json says which source wrote the table).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pandas as pd
 import torch
@@ -38,6 +37,7 @@ from torch import nn
 
 from ...core.errors import UserError
 from ...core.registry import Registry
+from ...core.utils import atomic_path
 from ..runs import MEASURES_DIR
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class MeasureContext:
     device: str = "cpu"
     cache: str | None = None
     data_dir: str | None = None
-    _models: dict = field(default_factory=dict, repr=False)
+    _models: Any = field(default=None, repr=False)  # a distortion.ModelCache, made on first use
 
     @property
     def spec(self) -> "RunSpec":
@@ -129,12 +129,11 @@ class MeasureContext:
             if not len(rows):
                 raise UserError(f"model {name!r} is not a victim of this run; pass its zoo size to ctx.model")
             size = str(rows["zoo_size"].iloc[0])
-        key = (name, size)
-        if key not in self._models:
-            from ...models import zoo
+        if self._models is None:
+            from .distortion import ModelCache
 
-            self._models[key] = zoo.load_model(name, size, self.cache, self.device, member=0)
-        return self._models[key]
+            self._models = ModelCache(self.cache, self.device)
+        return self._models.get(name, size)
 
 
 def measure_names() -> list[str]:
@@ -168,8 +167,7 @@ def run_measure(run_dir: str | Path, name: str, device: str = "cpu", cache: str 
               "columns": [str(c) for c in table.columns], "plugin_sha256": MEASURES.code(name)}
     for target, write in ((path, lambda p: table.to_parquet(p, index=False)),
                           (path.with_suffix(".csv"), lambda p: table.to_csv(p, index=False)),
-                          (path.with_suffix(".json"), lambda p: p.write_text(json.dumps(record, indent=1) + "\n"))):
-        tmp = target.with_name(target.name + ".tmp")
-        write(tmp)
-        os.replace(tmp, target)
+                          (path.with_suffix(".json"), lambda p: Path(p).write_text(json.dumps(record, indent=1) + "\n"))):
+        with atomic_path(target) as tmp:
+            write(tmp)
     return table, path
