@@ -80,3 +80,18 @@ def test_attack_filter_keeps_the_attack_with_its_baselines(tmp_path):
 def test_bad_matched_value_is_one_line(tmp_path):
     with pytest.raises(UserError, match="matched must be a list of step, evals"):
         _grid(tmp_path, matched=["flops"])
+
+
+def test_a_baseline_takes_the_momentum_and_the_target_rule_the_grid_set(tmp_path):
+    """An I-FGSM regime (``defaults: {momentum: 0}``) is matched by I-FGSM, not MI-FGSM, and a
+    targeted attack's baseline aims at the same targets; grids that set neither keep their ids."""
+    plain = {c.attack.label: c.cell_id for c in _cells(_grid(tmp_path, attacks={"difgsm": {}}))}
+    ifgsm = _cells(_grid(tmp_path, attacks={"difgsm": {}}, defaults={"steps": 10, "momentum": 0}))
+    bases = [c for c in ifgsm if c.attack.match != "none"]
+    assert bases and all(c.config["attack_params"]["momentum"] == 0 and ",mu=0]" in c.attack.label for c in bases)
+    assert not set(plain.values()) & {c.cell_id for c in bases}
+    assert all("mu=" not in lab for lab in plain)
+    tgt = _cells(_grid(tmp_path, attacks={"difgsm": {}}, targeted=True, defaults={"steps": 10, "target": "next"}))
+    assert all(c.config["attack_params"].get("target") == "next" for c in tgt)
+    rnd = _cells(_grid(tmp_path, attacks={"difgsm": {}}, targeted=True))
+    assert all("target" not in c.config["attack_params"] for c in rnd if c.attack.match != "none")

@@ -55,6 +55,9 @@ def test_target_selection(trained, test_data):
     assert torch.equal(ll, z.argmin(1)) and bool((ll != y).all())
     rnd = create_attack("mifgsm", targeted=True).choose_targets(S, ctx)
     assert bool((rnd != y).all())
+    # `next`: the fixed rule (label + 1) mod 10, never the label, the class count read off the logits
+    nxt = create_attack("mifgsm", targeted=True, target="next").choose_targets(S, ctx)
+    assert torch.equal(nxt, (y + 1) % 10) and bool((nxt != y).all())
     fixed = create_attack("mifgsm", eps=EPS, steps=2, targeted=True, target=3).craft(S, ctx)
     assert bool((fixed.target == 3).all()) and len(fixed.index) == int((y != 3).sum())
     assert set(fixed.index.tolist()) == set(idx[y != 3].tolist())

@@ -27,8 +27,10 @@ ENSEMBLE_MODES = ("logit", "loss", "prob")
 #: class's: Zhao et al. 2021), ``potrip`` (Poincaré distance to the target plus a triplet term
 #: pushing away from the true class: Li et al. 2020; targeted only)
 LOSSES = ("ce", "logit", "potrip")
-#: how a targeted attack picks its target per image (or a class index for one fixed target)
-TARGET_MODES = ("random", "least_likely")
+#: how a targeted attack picks its target per image (or a class index for one fixed target):
+#: ``random`` (seeded per image, never the true class), ``least_likely`` (the surrogate set's),
+#: ``next`` ((label + 1) mod classes: a fixed rule, LinBP's CIFAR-10 one)
+TARGET_MODES = ("random", "least_likely", "next")
 
 #: Attack kinds. Every kind implements the one craft protocol (:meth:`Attack.craft`); the runner
 #: never branches on it. ``gradient``: per-image iterative/one-step attacks; ``ensemble``: per-image
@@ -124,6 +126,11 @@ def make_targets(y: torch.Tensor, index: torch.Tensor, seed: int, num_classes: i
         h = int.from_bytes(hashlib.blake2b(f"target:{seed}:{i}".encode(), digest_size=4).digest(), "little")
         out.append((yi + 1 + h % (num_classes - 1)) % num_classes)
     return torch.tensor(out, dtype=torch.int64)
+
+
+def next_targets(y: torch.Tensor, num_classes: int = 10) -> torch.Tensor:
+    """The target rule ``next``: (y + 1) mod ``num_classes`` per image (never the true class)."""
+    return (y.to(torch.int64) + 1) % num_classes
 
 
 @dataclass(frozen=True)
@@ -588,9 +595,11 @@ class Attack:
     def choose_targets(self, S: SurrogateSet, ctx: CraftContext) -> torch.Tensor:
         """Target labels (N) for a targeted attack: ``random`` (≠ y, seeded per image), the
         surrogate set's ``least_likely`` class other than y on the clean image (forward passes,
-        not counted as gradient evaluations), or one fixed class (images of that class are left out)."""
+        not counted as gradient evaluations), the ``next`` class ((y + 1) mod classes), or one fixed class (images of that class are left out)."""
         if self.target == "random":
             return make_targets(ctx.y, ctx.index, self.seed)
+        if self.target == "next":  # the class count from the surrogates' logits (one forward pass)
+            return next_targets(ctx.y, int(S.mean_logits(ctx.x[:1].to(ctx.device)).shape[1]))
         if self.target == "least_likely":
             out = []
             for s in range(0, len(ctx.x), ctx.batch_size):

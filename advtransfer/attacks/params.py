@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: numbers (``length`` of them if set), each within the range; ``layer`` a module name of the
 #: surrogate or one of ``choices`` (``auto``, ``penultimate``); ``layers`` ``all`` or a non-empty
 #: list of module names; ``class`` a class index of the dataset; ``target`` ``random``,
-#: ``least_likely`` or a class index; ``model`` a zoo entry's name (``''``: none); ``list`` any list
+#: ``least_likely``, ``next`` or a class index; ``model`` a zoo entry's name (``''``: none); ``list`` any list
 #: and ``any`` anything (only for parameters inferred from an undeclared default, see
 #: :meth:`Param.inferred`)
 KINDS = ("int", "number", "bool", "choice", "text", "numbers", "layer", "layers", "class", "target", "model",
@@ -141,7 +141,7 @@ class Param:
         elif k == "class":
             text = "a class index of the dataset (0..classes-1)"
         elif k == "target":
-            text = "random, least_likely or a class index of the dataset"
+            text = "random, least_likely, next or a class index of the dataset"
         elif k == "list":
             text = "a list"
         elif k == "any":
@@ -209,7 +209,7 @@ class Param:
             if not isinstance(value, (list, tuple)):
                 raise bad()
         elif k == "target":
-            if not (value in ("random", "least_likely") or (_is_int(value) and value >= 0)):
+            if not (value in ("random", "least_likely", "next") or (_is_int(value) and value >= 0)):
                 raise bad()
         return value
 

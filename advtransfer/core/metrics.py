@@ -62,6 +62,15 @@ def success_mask(y: torch.Tensor, pred_clean: torch.Tensor, pred_adv: torch.Tens
     return (pred_clean == y) & hit
 
 
+def goal_mask(y: torch.Tensor, pred_adv: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """Per image (bool N): on x_adv the victim is wrong (untargeted; an abstention is not wrong)
+    or predicts the target (targeted), whatever it said on x: success over *all* images, the
+    denominator of papers that report 1 − victim accuracy. Images outside a downstream victim's
+    task (label < 0) never count."""
+    hit = (pred_adv == target) if target is not None else (pred_adv != y) & (pred_adv != ABSTAIN)
+    return hit & (y >= 0)
+
+
 def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score interval (no continuity correction) for k successes out of n, as fractions in
     [0, 1]; ``z`` the standard-normal quantile of the level (default 95%). ``(nan, nan)`` when n = 0.

@@ -69,16 +69,24 @@ def _ratio_label(alpha: float, eps: float) -> str:
     return f"eps/{round(k)}" if abs(k - round(k)) < 1e-6 else f"{alpha * 255:.3g}/255"
 
 
-def matched_baseline(attack: Any, match: str, n_models: int) -> tuple[str, dict]:
+def matched_baseline(attack: Any, match: str, n_models: int, momentum: float | None = None) -> tuple[str, dict]:
     """(label, parameters) of the MI-FGSM logit-ensemble baseline matched to a resolved ``attack``
     on ``n_models`` surrogates: ``step`` takes its step size α and its steps; ``evals`` its step
     size α and as many steps as fit in its gradient evaluations per image (MI-FGSM costs one per
-    model and step). The label names the baseline by what defines it, so two attacks with the same
-    matched baseline share one cell."""
+    model and step). A targeted attack's baseline aims at the same targets (``target``).
+    ``momentum``: the momentum the grid entry set explicitly (e.g. 0 in a regime of I-FGSM
+    attacks), which the baseline then takes too; None keeps MI-FGSM's μ = 1. The label names the
+    baseline by what defines it, so two attacks with the same matched baseline share one cell."""
     if match == "step":
         steps = attack.steps
     else:
         steps = max(1, attack.grad_evals_formula(n_models) // n_models)
     params = {"steps": steps, "alpha": attack.alpha, "norm": attack.norm, "targeted": attack.targeted,
               "ensemble": "logit"}
-    return f"base_{match}[T={steps},a={_ratio_label(attack.alpha, attack.eps)}]", params
+    label = f"base_{match}[T={steps},a={_ratio_label(attack.alpha, attack.eps)}"
+    if attack.targeted and attack.target != "random":  # random (the default) keeps the ids it always had
+        params["target"] = attack.target
+    if momentum is not None and float(momentum) != 1.0:
+        params["momentum"] = float(momentum)
+        label += f",mu={float(momentum):g}"
+    return label + "]", params

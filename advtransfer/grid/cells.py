@@ -110,7 +110,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
                     if is_baseline(a) or ATTACKS.get(a.attack).kind not in PER_IMAGE_KINDS:
                         continue
                     for match in dict.fromkeys(spec.matched):
-                        label, params = matched_baseline(attack, match, len(s.models))
+                        label, params = matched_baseline(attack, match, len(s.models), a.params.get("momentum"))
                         b = AttackEntry(label, BASELINE_ATTACK, params, match, a.label)
                         add(s, b, eps, seed, resolve_attack(b, spec, eps, seed, len(s.models)))
     return list(cells.values())

@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from ..attacks.base import Attack, CraftContext, Crafted, SurrogateSet, make_targets
-from ..core.metrics import (decide, distortion, labels, margins, per_sample_norms, predict_batched, success_counts,
-                      success_mask)
+from ..core.metrics import (decide, distortion, goal_mask, labels, margins, per_sample_norms, predict_batched,
+                            success_counts, success_mask)
 
 __all__ = ["craft", "asr_by_target", "evaluate_victim", "evaluate_cell", "run_cell", "surrogate_correct", "make_targets"]
 
@@ -45,7 +45,8 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     its task are not counted, and its rates are over the ``n_task`` images of its task.
     Returns the row's counts, rates, distortion and
     ``eval_s``, and the per-image table (``cell_id`` left to the caller): index, clean_correct,
-    adv_pred, success, margin, linf, l2, success_draws.
+    adv_pred, success, hit (the goal met on x_adv whether or not x was classified correctly: success
+    over all images), margin, linf, l2, success_draws.
 
     A stochastic defence (:mod:`advtransfer.models.defences`) is evaluated in each of its
     ``draws``: the counts and per-image outcomes are draw 0's (``clean_pred`` must be draw 0's
@@ -100,7 +101,7 @@ def evaluate_victim(victim: nn.Module, x: torch.Tensor, y: torch.Tensor, crafted
     margin[goal < 0] = float("nan")  # outside a downstream victim's task
     samples = pd.DataFrame({
         "index": crafted.index.numpy(), "clean_correct": (clean_pred == y).numpy(), "adv_pred": adv_pred.numpy(),
-        "success": success.numpy(), "margin": margin.numpy(), "linf": linf.numpy(),
+        "success": success.numpy(), "hit": goal_mask(y, adv_pred, crafted.target).numpy(), "margin": margin.numpy(), "linf": linf.numpy(),
         "l2": l2.numpy(), "success_draws": torch.stack(per_draw).double().mean(0).numpy()})
     return row, samples
 
