@@ -249,3 +249,35 @@ def test_eval_images_are_the_cell_runners_subset_and_held_out_images_follow_it()
     assert hindex.tolist() == [17, 18, 19, 20] and hx.shape[1:] == x.shape[1:]
     assert len(_spec(n=9990, start=8).run_spec().held_out_images(4)[2]) == 2  # the split ends
     assert len(_spec(n=10000).run_spec().held_out_images(4)[0]) == 0
+
+
+def test_set_changes_grid_keys_before_the_file_is_read(tmp_path, capsys):
+    """``--set KEY.PATH=VALUE``: mappings merge key by key, other values replace the file's; the run
+    gets its own name (so its own default folder) and its record; bad strings are one line, exit 2."""
+    from advtransfer.cli import main
+    from advtransfer.grid.load import apply_sets, parse_sets
+
+    sets = parse_sets(["eps=[16/255]", "defaults.steps=50", "attacks.ti3={attack: tifgsm, kernel_size: 3}", "n=12"])
+    assert sets == {"eps": ["16/255"], "defaults": {"steps": 50}, "attacks": {"ti3": {"attack": "tifgsm", "kernel_size": 3}},
+                    "n": 12}
+    raw = {"eps": ["8/255"], "defaults": {"steps": 10, "alpha_over_eps": 0.1}, "attacks": {"mifgsm": {}}}
+    out = apply_sets(raw, sets)
+    assert out["defaults"] == {"steps": 50, "alpha_over_eps": 0.1} and set(out["attacks"]) == {"mifgsm", "ti3"}
+    assert raw["defaults"]["steps"] == 10  # the file's mapping is left as it was
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "n": 20, "size": "ci", "eps": ["8/255"], "defaults": {"steps": 10},
+                                    "attacks": {"mifgsm": {}}, "surrogates": ["resnet20_a"], "victims": ["resnet20_b"]}))
+    spec = load_grid(str(path), sets=["eps=[16/255]", "defaults.steps=50", "attacks.ti3={attack: tifgsm, kernel_size: 3}"])
+    assert spec.eps == [16 / 255] and spec.name.startswith("g@set-") and spec.raw["x-set"][0] == "eps=[16/255]"
+    assert {a.label: a.params["steps"] for a in spec.attacks} == {"mifgsm": 50, "ti3": 50}
+    assert load_grid(str(path), sets=["name=wide", "n=12"]).name == "wide"
+    assert load_grid(str(path), sets=["n=12"]).name != load_grid(str(path), sets=["n=13"]).name
+    for bad, msg in ((["eps"], "write KEY=VALUE"), (["eps=[1/2"], "the value is not YAML"),
+                     (["defaults=3", "defaults.steps=2"], "set its keys or the whole value")):
+        with pytest.raises(UserError, match=re.escape(msg)):
+            parse_sets(bad)
+    assert main(["grid", str(path), "--set", "eps", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "write KEY=VALUE" in err[0]
+    assert main(["grid", str(path), "--set", "defaults.steps=-3", "--dry-run"]) == 2  # the spec's own check
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

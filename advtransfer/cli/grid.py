@@ -16,6 +16,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--attack", help="run only this attack (comma-separated; any registry attack)")
     g.add_argument("--out", help="run folder (default: results/<grid name>/)")
     g.add_argument("--size", help="override the grid's zoo size (ci, cpu, converged, full)")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="change a key of the grid file before it is read, the value as YAML; a dotted path sets "
+                        "one key inside a mapping (--set eps=[16/255] --set defaults.steps=50 --set "
+                        "'attacks.ti3={attack: tifgsm, kernel_size: 3}'); repeatable. The run is named "
+                        "<grid name>@set-<hash> (its default folder) unless name= is set")
     g.add_argument("-n", type=int, help="override the number of images")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     g.add_argument("--no-report", action="store_true", help="do not write RUN/report (comparisons, tables, report.html)")
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ..run.runner import run_grid
 
     device = setup_env(args)
-    spec = load_grid(args.grid, args.attack)
+    spec = load_grid(args.grid, args.attack, args.sets)
     spec = spec.with_overrides(
         size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
         workers=args.workers, plugins=_with_cli_plugins(spec.plugins, args))

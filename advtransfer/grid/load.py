@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -18,7 +18,7 @@ from ..core.config import SIZES, default_size
 from ..core.errors import UserError
 from ..core.registry import suggest
 from ..core.resources import grids_dir
-from ..core.utils import parse_fraction
+from ..core.utils import parse_fraction, short_hash
 from .spec import AttackEntry, GridSpec, SurrogateEntry
 
 #: the keys a grid file may hold: the spec's fields (:meth:`GridSpec.file_keys`) and ``replicates``
@@ -40,15 +40,55 @@ def resolve_grid_path(grid: str) -> Path:
     raise UserError(suggest(str(grid), known, "grid") + "; give a path to a grid YAML file or a name under grids/")
 
 
-def load_grid(grid: str, attack: str | None = None) -> GridSpec:
+def load_grid(grid: str, attack: str | None = None, sets: Sequence[str] | dict | None = None) -> GridSpec:
     """Read and validate a grid file (a path, or a name under grids/). ``attack`` (comma-separated)
     keeps only those attacks; a registry attack the grid does not list runs with the grid's
-    defaults (see :meth:`GridSpec.with_overrides`)."""
-    return read_grid(grid).with_overrides(attack=attack)
+    defaults (see :meth:`GridSpec.with_overrides`). ``sets`` changes keys of the file before it is
+    read (:func:`apply_sets`: ``KEY.PATH=VALUE`` strings as ``--set`` takes them, or a mapping)."""
+    return read_grid(grid, sets).with_overrides(attack=attack)
 
 
-def read_grid(grid: str) -> GridSpec:
-    """The spec a grid file describes, not yet validated (:meth:`GridSpec.validate` judges it)."""
+def parse_sets(sets: Sequence[str]) -> dict:
+    """``--set`` strings (``eps=[16/255]``, ``defaults.steps=50``, ``attacks.ti3={attack: tifgsm,
+    kernel_size: 3}``) as one nested mapping; each value is read as YAML. One-line
+    :class:`UserError` for a string without ``=`` or a value that is not YAML."""
+    out: dict = {}
+    for item in sets:
+        key, eq, value = str(item).partition("=")
+        path = [k for k in key.strip().split(".")]
+        if not eq or not all(path):
+            raise UserError(f"--set {item!r}: write KEY=VALUE with a grid key or a dotted path, e.g. "
+                            f"--set eps=[16/255] or --set defaults.steps=50")
+        try:
+            val = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            raise UserError(f"--set {item!r}: the value is not YAML ({str(exc).splitlines()[0]})") from None
+        node = out
+        for k in path[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise UserError(f"--set {item!r}: {k!r} was set to a value above; set its keys or the whole value, not both")
+            node = nxt
+        node[path[-1]] = val
+    return out
+
+
+def apply_sets(raw: dict, sets: dict) -> dict:
+    """``raw`` (a grid file's mapping) with ``sets`` merged in: mappings merge key by key (so
+    ``{defaults: {steps: 50}}`` keeps the file's other defaults, ``{attacks: {x: {...}}}`` adds or
+    replaces one attack), any other value replaces the file's. ``raw`` itself is not changed."""
+    out = copy.deepcopy(raw)
+    for k, v in sets.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = apply_sets(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def read_grid(grid: str, sets: Sequence[str] | dict | None = None) -> GridSpec:
+    """The spec a grid file describes, ``sets`` applied (:func:`apply_sets`), not yet validated
+    (:meth:`GridSpec.validate` judges it)."""
     path = resolve_grid_path(grid)
     src = str(path)
     try:
@@ -56,6 +96,13 @@ def read_grid(grid: str) -> GridSpec:
     except yaml.YAMLError as exc:
         raise UserError(f"{src}: not valid YAML ({str(exc).splitlines()[0]})") from None
     _need(isinstance(raw, dict), src, "a grid file must be a mapping of keys (name, eps, attacks, surrogates, victims, ...)")
+    if sets:  # the run is another grid: its own name (so its own default run folder) and its record
+        sets = parse_sets(sets) if not isinstance(sets, dict) else sets
+        name = str(raw.get("name") or path.stem)
+        raw = apply_sets(raw, sets)
+        if "name" not in sets:
+            raw["name"] = f"{name}@set-{short_hash(sets)[:8]}"
+        raw["x-set"] = _flat(sets)
     unknown = sorted((str(k) for k in set(raw) - GRID_KEYS if not str(k).startswith("x-")), key=str)
     if unknown:
         raise UserError(f"{src}: " + suggest(unknown[0], sorted(GRID_KEYS), "grid key")
@@ -91,6 +138,17 @@ def _plugins(raw: dict, path: Path, src: str) -> tuple[str, ...]:
     resolved = tuple(resolve_ref(r, path.parent, src) for r in refs)
     load_plugins(resolved, where=src)
     return resolved
+
+
+def _flat(sets: dict, prefix: str = "") -> list[str]:
+    """``sets`` back as ``KEY.PATH=VALUE`` strings (for messages and the run's record)."""
+    out = []
+    for k, v in sets.items():
+        if isinstance(v, dict) and v:
+            out += _flat(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}={yaml.safe_dump(v, default_flow_style=True, width=10_000).strip().removesuffix('...').strip()}")
+    return out
 
 
 def _need(cond: bool, source: str, msg: str) -> None:
