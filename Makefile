@@ -6,7 +6,7 @@
 #   make distortion RUN=results/cifar10                   distortion analyses of a finished run, then its report
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
-#   make claims-runs SIZE=cpu|converged [GRIDS="attack-families ..."]   run the grids the claims need
+#   make claims-runs SIZE=cpu|converged [GRIDS="attack-families input-transforms@eps16 ..."]   run what the claims need
 #   make claims   keep their per-image records in claims/records/ and tabulate them (into docs/claims.md)
 #   make docs     the documentation site (docs/, mkdocs.yml) built with mkdocs --strict into site/
 PYTHON ?= python3
@@ -95,12 +95,14 @@ CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
 CLAIMS_N    ?= 1000
 claims-runs: $(STAMP)
-	@grids="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids --size $(SIZE))" || exit 2; grids="$$(echo "$$grids" | tr ' ' ':')"; failed=""; \
-	for pair in $$grids; do grid=$${pair%%:*}; name=$${pair##*:}; \
+	@runs="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids --size $(SIZE))" || exit 2; failed=""; \
+	list="$$(mktemp)"; printf '%s\n' "$$runs" > "$$list"; \
+	while IFS="$$(printf '\t')" read -r name args; do \
 	  if [ -n "$(GRIDS)" ]; then case " $(GRIDS) " in *" $$name "*) ;; *) continue ;; esac; fi; \
-	  $(BIN)/advtransfer grid $$grid --size $(SIZE) -n $(CLAIMS_N) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot \
-	    || failed="$$failed $$name"; \
-	done; test -z "$$failed" || { echo "grids that did not finish at size $(SIZE):$$failed"; exit 1; }
+	  eval "$(BIN)/advtransfer grid -n $(CLAIMS_N) $$args --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot" \
+	    </dev/null || failed="$$failed $$name"; \
+	done < "$$list"; rm -f "$$list"; \
+	test -z "$$failed" || { echo "runs that did not finish at size $(SIZE):$$failed"; exit 1; }
 
 claims: $(STAMP)
 	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --page docs/claims.md

@@ -13,7 +13,7 @@ import pytest
 
 from advtransfer.analysis.measures.claims import claims_table, format_claims, load_claims
 from advtransfer.core.errors import UserError
-from test_compare import DESIGN, make_run
+from test_compare import DESIGN, N, make_run
 
 GRID = """name: synthetic
 dataset: cifar10
@@ -199,9 +199,9 @@ def test_claims_command_checks_before_writing(tmp_path, capsys):
     assert page.read_text() == "# no markers\n" and not (runs / "claims.csv").exists()
     assert main(["claims", str(tmp_path / "nope.yaml"), "--runs", str(runs)]) == 2
     assert "does not exist" in capsys.readouterr().err
-    # --list-grids: what make claims-runs runs, one 'GRID NAME' line per grid
+    # --list-grids: what make claims-runs runs, one 'FOLDER<tab>GRID ARGS' line per run
     assert main(["claims", str(claims), "--list-grids"]) == 0
-    assert capsys.readouterr().out.split() == [str(tmp_path / "grid.yaml"), "synthetic"]
+    assert capsys.readouterr().out.splitlines() == [f"synthetic\t{tmp_path / 'grid.yaml'}"]
 
 
 # --- the committed records -----------------------------------------------------------------------------
@@ -472,3 +472,119 @@ def test_held_out_victims_exclude_a_surrogates_models_and_their_replicates():
             ("lgv", "not json", "resnet20_a", False, True)]
     df = pd.DataFrame(rows, columns=["surrogate", "surrogate_params", "victim", "is_whitebox", "kept"])
     assert held_out(df)["kept"].all() and held_out(df)["kept"].sum() == df["kept"].sum()
+
+
+# --- regimes --------------------------------------------------------------------------------------
+REGIMES = """regimes:
+  wide:
+    label: "untargeted 8/255, 20 steps"
+    sizes: [converged]
+    set: {n: 500, defaults: {steps: 20}, attacks: {cwa2: {attack: cwa}}}
+"""
+
+
+def _regime_spec(tmp_path: Path, claim_regimes: str = "[wide]", paper: str = "wide") -> Path:
+    path = _spec(tmp_path, regimes=claim_regimes, paper_regime=paper)
+    text = path.read_text().replace("claims:\n", REGIMES + "claims:\n", 1)
+    path.write_text(text)
+    return path
+
+
+def _with_hits(run: Path, b_fools_clean_wrong: bool) -> None:
+    """Give a run's per-image tables the all-images column: ``hit`` = success, and on the images a
+    victim gets wrong on x, B (the baseline) also meets the goal when ``b_fools_clean_wrong``."""
+    for f in (run / "samples").glob("*.parquet"):
+        s = pd.read_parquet(f)
+        is_b = f.stem.endswith("b")
+        s["hit"] = s["success"] | (~s["clean_correct"] & is_b & b_fools_clean_wrong)
+        s.to_parquet(f, index=False)
+
+
+def test_each_regime_is_a_row_with_holm_over_all_rows_and_one_label_per_claim(tmp_path, capsys):
+    from advtransfer.analysis.measures.claims import format_regimes, regime_label
+    from advtransfer.analysis.stats import holm
+    from advtransfer.cli import main
+
+    runs = tmp_path / "runs"
+    make_run(runs / "converged" / "synthetic", replicates=3)
+    wide = make_run(runs / "converged" / "synthetic@wide", replicates=3)
+    for f in (wide / "samples").glob("cwa*.parquet"):  # in the other regime A never succeeds: B wins there
+        s = pd.read_parquet(f)
+        s["success"] = False
+        s.to_parquet(f, index=False)
+    _with_hits(wide, b_fools_clean_wrong=True)
+    spec = load_claims(_regime_spec(tmp_path))
+    assert [c.regime for c in spec.measured("converged")] == ["standard", "wide"]
+    assert spec.runs("converged") == [(str(tmp_path / "grid.yaml"), "standard"), (str(tmp_path / "grid.yaml"), "wide")]
+    df = claims_table(spec, runs)
+    assert list(df["regime"]) == ["standard", "wide"] and list(df["paper_regime"]) == [False, True]
+    std, wd = df.iloc[0], df.iloc[1]
+    assert std["converged_verdict"] == "holds" and wd["converged_verdict"] == "does not hold"
+    # Holm runs over every (claim, regime) row of a size, not per claim
+    assert [std["converged_p_holm"], wd["converged_p_holm"]] == pytest.approx(list(holm(np.array([std["converged_p"], wd["converged_p"]]))))
+    label = "regime-dependent: holds in standard; not in wide (does not hold)"
+    assert std["converged_label"] == wd["converged_label"] == label
+    # the regime is measured on the converged zoo only: the cpu rows say so, and the cpu label is empty
+    assert "measured at the converged zoo only" in wd["cpu_note"] and wd["cpu_label"] == ""
+    # the all-images difference where the records have `hit`: B also fools every clean-wrong image,
+    # so over all pairs B gains exactly those images (A: 0 successes)
+    n_all = 3 * len(DESIGN) * N
+    wrong = sum((~pd.read_parquet(f)["clean_correct"]).sum() for f in (wide / "samples").glob("mifgsm*.parquet"))
+    assert wd["converged_all_n_pairs"] == n_all and wd["converged_all_asr_a"] == 0
+    b_hits = sum(pd.read_parquet(f)["hit"].sum() for f in (wide / "samples").glob("mifgsm*.parquet"))
+    assert wd["converged_all_diff"] == pytest.approx(-b_hits / n_all) and b_hits > wrong > 0
+    assert pd.isna(std.get("converged_all_diff"))  # the standard run has no hit column
+    # the Markdown: one row per claim leading with the label; the full table one row per regime
+    text = format_claims(df, spec.sizes)
+    assert len(text.splitlines()) == 3 and f"*{label}*" in text and "other regimes: wide (8/255): does not hold" in text
+    full = format_regimes(df, spec.sizes)
+    assert len(full.splitlines()) == 4 and "(the paper's)" in full and "over all images" in full
+    # what make claims-runs runs for the regime: its own folder, -n and --set
+    assert main(["claims", str(_regime_spec(tmp_path)), "--list-grids", "--size", "converged"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (f"synthetic@wide\t{tmp_path / 'grid.yaml'} -n 500 --set defaults.steps=20 "
+                        "--set attacks.cwa2.attack=cwa")
+    # the labels by hand
+    assert regime_label([("standard", "holds"), ("eps4", "holds")]) == "holds in every regime tested (2)"
+    assert regime_label([("standard", "cannot tell"), ("eps4", "does not hold")]) == "holds in no regime tested (2)"
+    assert regime_label([("standard", "holds"), ("eps4", "")]) == "holds (one regime measured: standard)"
+    assert regime_label([("standard", "")]) == ""
+
+
+def test_a_regime_can_change_the_claim_and_its_records_keep_the_hits(tmp_path):
+    from advtransfer.analysis.measures.claim_records import export_records
+
+    runs = tmp_path / "runs"
+    make_run(runs / "converged" / "synthetic", replicates=1)
+    wide = make_run(runs / "converged" / "synthetic@wide", replicates=1)
+    df = pd.read_parquet(wide / "results.parquet")  # in the regime's run the claim's attack is labelled cwa2
+    df.loc[df["attack_label"] == "cwa", "attack_label"] = "cwa2"
+    df["baseline_for"] = df["baseline_for"].replace("cwa", "cwa2")
+    df.to_parquet(wide / "results.parquet", index=False)
+    _with_hits(wide, b_fools_clean_wrong=False)
+    for run in (runs / "converged" / "synthetic", wide):
+        _finish(run)
+    spec = load_claims(_regime_spec(tmp_path, claim_regimes="{wide: {a: cwa2}}"))
+    assert spec.claims[0].at("converged", "wide").a == "cwa2"
+    direct = claims_table(spec, runs)
+    export_records(spec, runs, tmp_path / "records", log=lambda m: None)
+    rec = tmp_path / "records" / "converged" / "synthetic@wide"
+    assert all("hit" in pd.read_parquet(f).columns for f in (rec / "samples").glob("*.parquet"))
+    pd.testing.assert_frame_equal(claims_table(spec, tmp_path / "records"), direct)
+    # with no clean-wrong image fooled beyond the successes, the two denominators differ only in the pairs
+    r = direct.iloc[1]
+    assert r["converged_all_diff"] * r["converged_all_n_pairs"] == pytest.approx(r["converged_diff"] * r["converged_n_pairs"])
+
+
+@pytest.mark.parametrize("claim_regimes, paper, message", [
+    ("[wdie]", "null", "unknown regime 'wdie'; did you mean 'wide'"),
+    ("[wide]", "eps4", "paper_regime 'eps4' is not one of the claim's regimes"),
+    ("{wide: {colour: red}}", "null", "regimes.wide may only set"),
+])
+def test_bad_regimes_are_one_line(tmp_path, claim_regimes, paper, message):
+    path = _regime_spec(tmp_path, claim_regimes=claim_regimes, paper=paper)
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_claims(path)
+    path.write_text(path.read_text().replace("    label:", "    colour: red\n    label:"))
+    with pytest.raises(UserError, match=re.escape("regime 'wide': unknown key(s) colour")):
+        load_claims(path)

@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--page", "--readme", dest="readme", metavar="FILE",
                    help="also replace the generated claims table in this Markdown file, docs/claims.md (between its marker lines)")
     p.add_argument("--list-grids", action="store_true",
-                   help="print each grid the claims need as 'GRID NAME' lines (what make claims-runs runs) and stop")
+                   help="print each run the claims need as 'FOLDER<tab>GRID [-n N] [--set KEY=VALUE ...]' lines, the "
+                        "arguments shell-quoted (what make claims-runs runs: advtransfer grid GRID ... --out RUNS/<size>/FOLDER) and stop")
     p.add_argument("--size", help="with --list-grids: only the grids measured at this zoo size")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals (default 0)")
 
@@ -59,21 +60,26 @@ def replace_generated(text: str, table: str, where: str) -> str:
 def _report(df, spec, claims_path: str, runs: Path, out: Path) -> Path:
     """claims.html and report.md in ``out/report/`` from the claims table (the report renderers)."""
     from ..core.utils import atomic_write_text
-    from ..analysis.measures.claims import format_claims
+    from ..analysis.measures.claims import STANDARD, format_claims, format_regimes
     from ..analysis.report.base import Raw, Section
     from ..analysis.report.core import render_html, render_markdown
 
     md = format_claims(df, spec.sizes)
+    full = format_regimes(df, spec.sizes) if (df["regime"] != STANDARD).any() else ""
     how = (f"Claims file `{claims_path}`; runs under `{runs}/<size>/<grid name>/`. Each row pairs the same images "
            "and victims; the difference (A - B, ASR points) is pooled over victims and replicates with its 95% "
-           "bootstrap interval clustered by image; Holm's adjustment runs over the claims of one size. "
+           "bootstrap interval clustered by image; Holm's adjustment runs over every (claim, regime) row of one "
+           "size. A claim's label sums up its regimes: holds in every regime tested, regime-dependent, or holds "
+           "in none. "
            "holds: adjusted p < 0.05, positive, every replicate positive; does not hold: adjusted p < 0.05 "
            "negative, or the interval's top below the claim's minimum gain; cannot tell: otherwise. A row compared "
            "at equal white-box success reads the baseline's transfer off its ladder of radii at the white-box "
            "success the attack reached; its interval and p come from the same bootstrap over images, with the "
            f"matching redone in every resample (p: twice the smaller tail, at least 1/{N_BOOT}).")
-    sections = [Section("Claims", [Raw(md, _md_to_html(md))], anchor="claims"),
-                Section("How to read it", [Raw(how, f"<p>{_esc(how)}</p>")], anchor="how")]
+    sections = [Section("Claims", [Raw(md, _md_to_html(md))], anchor="claims")]
+    if full:
+        sections.append(Section("Every claim in every regime", [Raw(full, _md_to_html(full))], anchor="regimes"))
+    sections.append(Section("How to read it", [Raw(how, f"<p>{_esc(how)}</p>")], anchor="how"))
     rep = out / "report"
     rep.mkdir(parents=True, exist_ok=True)
     title = f"claims ({spec.name})"
@@ -103,7 +109,7 @@ def _md_to_html(md: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.utils import atomic_path, atomic_write_text
-    from ..analysis.measures.claims import claims_table, format_claims, grid_name, load_claims
+    from ..analysis.measures.claims import STANDARD, claims_table, format_claims, grid_name, load_claims
     from ..analysis.runs import write_tables
 
     check_out_dir(args.out)
@@ -112,8 +118,13 @@ def run(args: argparse.Namespace) -> int:
     if args.size is not None and args.size not in spec.sizes:
         raise UserError(f"--size {args.size!r} is not one of the claims file's sizes ({', '.join(spec.sizes)})")
     if args.list_grids:
-        for g in spec.grid_names(args.size):
-            print(f"{g} {names[g]}")
+        import shlex
+
+        runs = list(dict.fromkeys(r for s in ([args.size] if args.size else spec.sizes) for r in spec.runs(s)))
+        for g, regime in runs:
+            folder = names[g] + ("" if regime == STANDARD else f"@{regime}")
+            sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args())
+            print(f"{folder}\t{shlex.quote(g)}{sets}")
         return 0
     readme = Path(args.readme) if args.readme else None
     if readme is not None:
@@ -134,11 +145,17 @@ def run(args: argparse.Namespace) -> int:
     with atomic_path(out / "claims.parquet") as tmp:
         df.to_parquet(tmp, index=False)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
-    atomic_write_text(out / "claims.md", f"# Claims ({spec.name}, {stamp})\n\n{md}\n")
+    extra = ""
+    if (df["regime"] != STANDARD).any():
+        from ..analysis.measures.claims import format_regimes
+
+        extra = f"\n## Every claim in every regime\n\n{format_regimes(df, spec.sizes)}\n"
+    atomic_write_text(out / "claims.md", f"# Claims ({spec.name}, {stamp})\n\n{md}\n{extra}")
     html = _report(df, spec, args.claims, runs, out)
     measured = {s: int(df[f"{s}_verdict"].astype(bool).sum()) for s in spec.sizes}
     print(md)
-    print(f"\n{len(df)} claims; measured: " + ", ".join(f"{s} {k}/{len(df)}" for s, k in measured.items()))
+    print(f"\n{df['id'].nunique()} claims in {len(df)} (claim, regime) rows; measured: "
+          + ", ".join(f"{s} {k}/{len(df)}" for s, k in measured.items()))
     print(f"tables: {out / 'claims.parquet'}, {out / 'claims.csv'}, {out / 'claims.md'}; report: {html}")
     if readme is not None:
         atomic_write_text(readme, replace_generated(readme.read_text(), md, str(readme)))

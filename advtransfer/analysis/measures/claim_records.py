@@ -6,12 +6,13 @@ examples and per-image tables of every cell: hundreds of megabytes, under the gi
 ``results/``, and hours of compute on 2 cores. The claims table needs far less: for each cell that
 a claim pairs, and each victim, which images the victim classified correctly and which the attack
 fooled. :func:`export_records` copies exactly that from finished runs into a records folder
-(``RECORDS/<size>/<grid name>/``, committed: ``claims/records/``) laid out as a run folder, so
+(``RECORDS/<size>/<grid name>[@<regime>]/``, committed: ``claims/records/``) laid out as a run folder, so
 :func:`~advtransfer.analysis.measures.claims.claims_table` reads it unchanged:
 
 - ``results.parquet``: the run's rows (one per cell and victim) of the cells some claim pairs;
 - ``samples/<cell_id>.parquet``: per image ``cell_id``, ``victim``, ``index`` (position in the
-  test set), ``clean_correct``, ``success``, nothing else;
+  test set), ``clean_correct``, ``success`` and, where the run recorded it, ``hit`` (the goal met
+  on x_adv whatever the victim said on x: the all-images denominator), nothing else;
 - ``source.json``: where they came from (the run's git sha, versions, dates, and for each model its
   weights' sha256, clean accuracy and provenance).
 
@@ -31,11 +32,13 @@ import pandas as pd
 from ...core.errors import UserError
 from ...core.utils import atomic_path, atomic_write_text
 from ..runs import read_results
-from .claims import ClaimsSpec, claim_rows, grid_name, whitebox_cells
+from .claims import STANDARD, ClaimsSpec, claim_rows, grid_name, whitebox_cells
 from .compare import Samples
 
 #: the columns a record keeps per image (``cell_id`` is constant in a file: parquet stores it once)
 RECORD_COLUMNS = ("cell_id", "victim", "index", "clean_correct", "success")
+#: kept too where the run has it (runs from before it was recorded do not)
+OPTIONAL_COLUMNS = ("hit",)
 
 
 @dataclass(frozen=True)
@@ -63,12 +66,12 @@ def run_finished(run: Path) -> str | None:
     return None
 
 
-def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame) -> set[str]:
-    """Cell ids of the rows that some claim on ``grid`` at zoo ``size`` pairs (either side) in one
-    run's results."""
+def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame, regime: str = STANDARD) -> set[str]:
+    """Cell ids of the rows that some claim on ``grid`` in ``regime`` at zoo ``size`` pairs (either
+    side) in one run's results."""
     cells: set[str] = set()
-    for c in (c.at(size) for c in spec.claims):
-        if grid not in c.grids() or c.skip:
+    for c in spec.measured(size):
+        if grid not in c.grids() or c.skip or c.regime != regime:
             continue
         if c.by == "whitebox":
             if grid == c.grid:
@@ -109,15 +112,16 @@ def _source(manifest: dict, run: Path) -> dict:
     }
 
 
-def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path) -> tuple[int, int, int]:
-    """Write the records of one finished run into the empty folder ``dest``. Returns (cells, rows,
-    bytes on disk)."""
+def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path,
+               regime: str = STANDARD) -> tuple[int, int, int]:
+    """Write the records of one finished run (``grid`` in ``regime``) into the empty folder
+    ``dest``. Returns (cells, rows, bytes on disk)."""
     manifest = json.loads((run / "manifest.json").read_text())
     df = read_results(run)
     finished = manifest.get("finished_cells")
     if finished is not None:  # rows of cells this grid no longer has (an older run into the folder)
         df = df[df["cell_id"].isin(set(finished))]
-    cells = claim_cells(spec, size, grid, df)
+    cells = claim_cells(spec, size, grid, df, regime)
     rows = df[df["cell_id"].isin(cells)].reset_index(drop=True)
     samples = Samples(run)
     dest.mkdir(parents=True, exist_ok=True)
@@ -125,8 +129,9 @@ def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path) ->
     for cid in sorted(cells):
         s = samples.get_all(cid)
         s = s[s["victim"].isin(set(rows.loc[rows["cell_id"] == cid, "victim"]))]
-        s = s[list(RECORD_COLUMNS)].sort_values(["victim", "index"], kind="stable").reset_index(drop=True)
-        s = s.astype({"index": "int32", "clean_correct": bool, "success": bool})
+        cols = list(RECORD_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in s.columns]
+        s = s[cols].sort_values(["victim", "index"], kind="stable").reset_index(drop=True)
+        s = s.astype({"index": "int32", "clean_correct": bool, "success": bool, **{c: bool for c in cols[5:]}})
         with atomic_path(dest / "samples" / f"{cid}.parquet") as tmp:
             s.to_parquet(tmp, index=False, compression="zstd")
     with atomic_path(dest / "results.parquet") as tmp:
@@ -138,15 +143,16 @@ def export_run(spec: ClaimsSpec, size: str, grid: str, run: Path, dest: Path) ->
 
 def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
                    log: Callable[[str], None] = print) -> list[Exported]:
-    """For every size of ``spec`` and grid its claims read, export ``runs/<size>/<grid name>/`` into
-    ``records/<size>/<grid name>/`` when that run finished; say in one line what was skipped and why."""
+    """For every size of ``spec`` and run its claims read, export ``runs/<size>/<run>/`` into
+    ``records/<size>/<run>/`` when that run finished (``<run>``: the grid's name, and
+    ``<grid name>@<regime>`` in a claim's other regimes); say in one line what was skipped and why."""
     runs, records = Path(runs), Path(records)
     if runs.resolve() == records.resolve():
         raise UserError(f"--records {records} is the runs folder itself; pass a separate folder (claims/records)")
     done: list[Exported] = []
     for size in spec.sizes:
-        for grid in spec.grid_names(size):
-            name = grid_name(grid)
+        for grid, regime in spec.runs(size):
+            name = grid_name(grid) + ("" if regime == STANDARD else f"@{regime}")
             run = runs / size / name
             if not run.exists():
                 continue
@@ -157,7 +163,7 @@ def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
             staging = records / size / f".{name}.new"
             shutil.rmtree(staging, ignore_errors=True)
             dest = records / size / name
-            cells, nrows, nbytes = export_run(spec, size, grid, run, staging)
+            cells, nrows, nbytes = export_run(spec, size, grid, run, staging, regime)
             if dest.exists():  # a kill here leaves only the staging folder: the next export redoes it
                 shutil.rmtree(dest)
             staging.rename(dest)
@@ -165,4 +171,4 @@ def export_records(spec: ClaimsSpec, runs: str | Path, records: str | Path,
     return done
 
 
-__all__ = ["RECORD_COLUMNS", "Exported", "claim_cells", "export_records", "export_run", "run_finished"]
+__all__ = ["OPTIONAL_COLUMNS", "RECORD_COLUMNS", "Exported", "claim_cells", "export_records", "export_run", "run_finished"]

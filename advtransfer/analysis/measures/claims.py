@@ -46,11 +46,27 @@ Verdict of a claim "A is better than B" at one size:
   end below the claim's ``min_gain`` (default 1 point: no gain as large as that is left);
 - **cannot tell**: otherwise (the interval, or the replicates, straddle the line).
 
+Regimes. The file's ``regimes:`` names attack regimes, each a set of grid keys changed before the
+grid is read (``set:``, as ``advtransfer grid --set`` takes them: ``{eps: [16/255]}``,
+``{defaults: {steps: 50}}``), a ``label`` saying what it is, optionally the zoo ``sizes`` it is
+measured at and the ``attacks`` it runs (``--attack``: a regime of one attack's paper); ``standard`` (the grids as written) always exists. A claim lists the regimes it is
+measured in (``regimes: [eps16, steps50]`` or a mapping to the claim keys that differ there, e.g.
+the attack label of a transposed kernel) and may name its ``paper_regime`` with its
+``paper_source``. A claim's run at a regime other than ``standard`` is
+``RUNS/<size>/<grid name>@<regime>/``; a regime that sets one ε sets the claim's. The table has one
+row per (claim, regime), Holm's adjustment runs over all rows of a size, and each claim gets one
+label per size from its measured regimes (:func:`regime_label`): holds in every regime tested,
+regime-dependent (holds in some, not in others), or holds in none. Where the per-image records
+have the ``hit`` column (the goal met on x_adv whatever the victim said on x), every row also
+gives the difference over *all* images (``all_*`` columns: 1 − victim accuracy, the denominator
+most papers report) beside the clean-correct one the verdict uses.
+
 Nothing here crafts or trains: every number comes from ``results.parquet`` and ``samples/``.
 """
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,12 +79,18 @@ from ...core.errors import UserError
 from ...core.utils import parse_fraction
 from ..runs import read_results
 from ..stats import compare_paired, holm
-from .compare import Samples, paired_outcomes
+from .compare import Samples, paired_hits, paired_outcomes
 
 ALPHA = 0.05
 BY = ("attack", "surrogate", "victim", "whitebox")
 _KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "surrogates", "victims",
-         "paper_number", "min_gain", "id", "sizes", "ladder")
+         "paper_number", "min_gain", "id", "sizes", "ladder", "regimes", "paper_regime", "paper_source")
+#: the regime every claim is measured in: the grids as their files say
+STANDARD = "standard"
+#: what a claim's ``regimes: {<regime>: {...}}`` may replace in that regime (an attack label of a
+#: transposed setting, another ε, a note why it is not measured there)
+REGIME_KEYS = ("a", "b", "attack", "surrogates", "victims", "eps", "skip")
+_REGIME_FILE_KEYS = ("label", "set", "sizes", "source", "attacks")
 #: what a claim's ``sizes: {<size>: {...}}`` may replace at one zoo size (the grid and the models
 #: differ where a size trains differently: a converged grid, a checkpoint at another epoch)
 SIZE_KEYS = ("grid", "a", "b", "attack", "surrogates", "victims", "skip", "ladder")
@@ -96,15 +118,58 @@ class Claim:
     sizes: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     skip: str | None = None  # why the claim is not measured at a size (``sizes.<size>.skip``)
     ladder: str | None = None  # ``by: whitebox``: the grid running ``b`` at a ladder of radii
+    regime: str = STANDARD  # the regime this claim is measured in (:meth:`at`)
+    #: (regime, the claim's values there) for each regime the claim is measured in, standard first
+    regimes: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ((STANDARD, ()),)
+    paper_regime: str | None = None  # the regime closest to the paper's own (claims/regimes.md)
+    paper_source: str | None = None  # where the paper regime's values come from
 
     def grids(self) -> tuple[str, ...]:
         """The grids whose runs this claim reads: its own, then its ladder's."""
         return (self.grid,) + ((self.ladder,) if self.ladder else ())
 
-    def at(self, size: str) -> "Claim":
-        """The claim as measured at zoo ``size``: its ``sizes.<size>`` values applied."""
+    def regime_names(self) -> tuple[str, ...]:
+        return tuple(r for r, _ in self.regimes)
+
+    def at(self, size: str, regime: str = STANDARD) -> "Claim":
+        """The claim as measured at zoo ``size`` in ``regime``: its ``sizes.<size>`` values, then the
+        regime's, applied (a regime the claim does not list is a :class:`KeyError`)."""
         over = dict(dict(self.sizes).get(size, ()))
-        return replace(self, **over, sizes=()) if over else self
+        reg = dict(dict(self.regimes)[regime])
+        if "skip" in over:  # not measured at this size in any regime: the size's reason stands
+            reg.pop("skip", None)
+        over.update(reg)
+        if "eps" in over:
+            over["eps_str"] = str(over["eps"])
+            over["eps"] = parse_fraction(over["eps"], "eps")
+        return replace(self, **over, sizes=(), regime=regime)
+
+    def run_name(self, grid: str) -> str:
+        """The run folder name of ``grid`` (a grid file's name) in this claim's regime."""
+        return grid if self.regime == STANDARD else f"{grid}@{self.regime}"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """An attack regime: grid keys changed before the grid is read (``sets``), what it is
+    (``label``), the zoo sizes it is measured at (None: every size) and where its values come from."""
+
+    name: str
+    label: str
+    sets: dict = field(default_factory=dict)
+    sizes: tuple[str, ...] | None = None
+    source: str = ""
+    attacks: tuple[str, ...] = ()  # run only these attack labels (and their matched baselines); () = all
+
+    def grid_args(self) -> list[str]:
+        """The regime as ``advtransfer grid`` arguments: ``-n N`` for its image count (so it wins
+        over a runner's default ``-n``), ``--set KEY.PATH=VALUE`` for every other key."""
+        from ...grid.load import _flat
+
+        rest = {k: v for k, v in self.sets.items() if k != "n"}
+        return ((["-n", str(self.sets["n"])] if "n" in self.sets else [])
+                + (["--attack", ",".join(self.attacks)] if self.attacks else [])
+                + [a for kv in _flat(rest) for a in ("--set", kv)])
 
 
 @dataclass(frozen=True)
@@ -114,11 +179,29 @@ class ClaimsSpec:
     name: str
     sizes: tuple[str, ...]
     claims: tuple[Claim, ...] = field(default_factory=tuple)
+    regimes: dict[str, Regime] = field(default_factory=lambda: {STANDARD: Regime(STANDARD, "the grids as written")})
+
+    def measured(self, size: str) -> list[Claim]:
+        """Every (claim, regime) as measured at zoo ``size``, claims in file order, each claim's
+        regimes in its order; a regime not measured at ``size`` gets a ``skip`` saying so."""
+        out = []
+        for c in self.claims:
+            for r in c.regime_names():
+                m = c.at(size, r)
+                reg = self.regimes[r]
+                if not m.skip and reg.sizes is not None and size not in reg.sizes:
+                    m = replace(m, skip=f"regime {r} is measured at the {' and '.join(reg.sizes)} zoo only")
+                out.append(m)
+        return out
 
     def grid_names(self, size: str | None = None) -> list[str]:
         """The grids whose runs the table reads (at one zoo ``size``, or at any), in first-use order."""
         sizes = [size] if size else list(self.sizes)
-        return list(dict.fromkeys(g for c in self.claims for s in sizes if not c.at(s).skip for g in c.at(s).grids()))
+        return list(dict.fromkeys(g for s in sizes for c in self.measured(s) if not c.skip for g in c.grids()))
+
+    def runs(self, size: str) -> list[tuple[str, str]]:
+        """The (grid, regime) runs the table reads at zoo ``size``, in first-use order."""
+        return list(dict.fromkeys((g, c.regime) for c in self.measured(size) if not c.skip for g in c.grids()))
 
 
 def load_claims(path: str | Path) -> ClaimsSpec:
@@ -141,6 +224,7 @@ def load_claims(path: str | Path) -> ClaimsSpec:
     for s in sizes:
         if s not in SIZES:
             raise UserError(f"{p}: unknown zoo size {s!r}; sizes: {', '.join(SIZES)}")
+    regimes = _load_regimes(raw.get("regimes"), p, sizes)
     claims, seen = [], set()
     for k, e in enumerate(raw["claims"]):
         where = f"{p}: claim {k + 1}"
@@ -189,13 +273,91 @@ def load_claims(path: str | Path) -> ClaimsSpec:
                 raise UserError(f"{where}: sizes.{size} may only set {', '.join(SIZE_KEYS)}, not {', '.join(bad)}")
             over = {k: (tup(v) if k in ("surrogates", "victims") else str(v)) for k, v in over.items()}
             sized.append((str(size), tuple(over.items())))
+        claim_regimes = _claim_regimes(e.get("regimes"), regimes, where)
+        paper_regime = e.get("paper_regime")
+        if paper_regime is not None and paper_regime not in dict(claim_regimes):
+            raise UserError(f"{where}: paper_regime {paper_regime!r} is not one of the claim's regimes "
+                            f"({', '.join(r for r, _ in claim_regimes)}); list it under `regimes:`")
         claims.append(Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
                             grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
                             eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
                             victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
                             min_gain=float(gain), sizes=tuple(sized),
-                            ladder=str(e["ladder"]) if e.get("ladder") else None))
-    return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims))
+                            ladder=str(e["ladder"]) if e.get("ladder") else None, regimes=claim_regimes,
+                            paper_regime=paper_regime, paper_source=e.get("paper_source")))
+    return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims), regimes=regimes)
+
+
+def _load_regimes(raw: Any, p: Path, sizes: list[str]) -> dict[str, Regime]:
+    """The file's ``regimes:`` (name → {label, set, sizes, source}), ``standard`` first."""
+    out = {STANDARD: Regime(STANDARD, "the grids as written")}
+    if raw is None:
+        return out
+    if not isinstance(raw, dict):
+        raise UserError(f"{p}: regimes must map a regime name to {{label: ..., set: {{eps: [16/255]}}}}")
+    for name, r in raw.items():
+        where = f"{p}: regime {name!r}"
+        if not isinstance(r, dict):
+            raise UserError(f"{where} must be a mapping like {{label: ..., set: {{eps: [16/255]}}}}")
+        bad = sorted(set(r) - set(_REGIME_FILE_KEYS))
+        if bad:
+            raise UserError(f"{where}: unknown key(s) {', '.join(bad)}; keys: {', '.join(_REGIME_FILE_KEYS)}")
+        if not str(name) or "@" in str(name) or "/" in str(name) or " " in str(name):
+            raise UserError(f"{where}: a regime name is one word without @, / or spaces (it names run folders)")
+        sets = r.get("set") or {}
+        if not isinstance(sets, dict) or (name == STANDARD and sets):
+            raise UserError(f"{where}: set must map grid keys to their values in this regime, e.g. {{eps: [16/255]}}"
+                            + ("; the standard regime changes nothing" if name == STANDARD else ""))
+        rs = r.get("sizes")
+        if rs is not None and (not isinstance(rs, list) or not set(rs) <= set(sizes)):
+            raise UserError(f"{where}: sizes must list zoo sizes of the file ({', '.join(sizes)}), got {rs!r}")
+        if not r.get("label"):
+            raise UserError(f"{where}: `label` is required (what the regime is: eps, steps, step size, targeting)")
+        only = r.get("attacks") or []
+        if not isinstance(only, list) or not all(isinstance(a, str) and a for a in only):
+            raise UserError(f"{where}: attacks must list the attack labels the regime runs, e.g. [sgm]")
+        out[str(name)] = Regime(str(name), str(r["label"]), sets, tuple(rs) if rs is not None else None,
+                                str(r.get("source", "")), tuple(only))
+    return out
+
+
+def _claim_regimes(raw: Any, regimes: dict[str, Regime], where: str) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+    """A claim's ``regimes:`` (a list of names, or a mapping name → the claim keys that differ
+    there) as (name, items) pairs, ``standard`` first; a regime that sets one ε sets the claim's."""
+    if raw is None:
+        raw = {}
+    if isinstance(raw, list):
+        raw = {r: {} for r in raw}
+    if not isinstance(raw, dict) or not all(v is None or isinstance(v, dict) for v in raw.values()):
+        raise UserError(f"{where}: regimes must be a list of regime names or map a name to the claim keys that "
+                        f"differ there, like {{eps16: {{}}, paper: {{a: tifgsm_k3}}}}")
+    out = []
+    for name in [STANDARD, *(r for r in raw if r != STANDARD)]:
+        if name not in regimes:
+            from ...core.registry import suggest
+
+            raise UserError(f"{where}: " + suggest(str(name), sorted(regimes), "regime") + " (define it under the file's regimes:)")
+        over = dict(raw.get(name) or {})
+        bad = sorted(set(over) - set(REGIME_KEYS))
+        if bad:
+            raise UserError(f"{where}: regimes.{name} may only set {', '.join(REGIME_KEYS)}, not {', '.join(bad)}")
+        eps = regimes[name].sets.get("eps")
+        if "eps" not in over and eps is not None:
+            eps = eps if isinstance(eps, list) else [eps]
+            if len(eps) != 1:
+                raise UserError(f"{where}: regime {name!r} sets {len(eps)} radii; give the claim's eps under "
+                                f"regimes: {{{name}: {{eps: ...}}}}")
+            over["eps"] = eps[0]
+        if "eps" in over:
+            try:
+                parse_fraction(over["eps"], "eps")
+            except (UserError, ValueError):
+                raise UserError(f"{where}: regimes.{name}.eps must be a fraction like 16/255, got {over['eps']!r}") from None
+            over["eps"] = str(over["eps"])
+        tup = lambda v: tuple(str(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
+        over = {k: (tup(v) if k in ("surrogates", "victims") else str(v)) for k, v in over.items()}
+        out.append((name, tuple(sorted(over.items()))))
+    return tuple(out)
 
 
 def _at_eps(df: pd.DataFrame, eps: float) -> pd.DataFrame:
@@ -353,19 +515,24 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
     by_victim = claim.by == "victim"
     samples = Samples(run_dir)
     sa, sb, strata, cluster, reps = [], [], [], [], []
+    every: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = []  # all-images pairs
     labels: dict[tuple, int] = {}
     for _, r in m.iterrows():
         cell_a, cell_b = (r["cell_id"], r["cell_id"]) if by_victim else (r["cell_id_a"], r["cell_id_b"])
-        idx, xa, xb = paired_outcomes(samples.get(cell_a, r["victim_a" if by_victim else "victim"]),
-                                      samples.get(cell_b, r["victim_b" if by_victim else "victim"]))
+        ta = samples.get(cell_a, r["victim_a" if by_victim else "victim"])
+        tb = samples.get(cell_b, r["victim_b" if by_victim else "victim"])
+        idx, xa, xb = paired_outcomes(ta, tb)
+        hits = paired_hits(ta, tb)
         if by_victim:  # "a resists better": A's success is the image fooling b, B's fooling a
             xa, xb = xb, xa
+            hits = None if hits is None else (hits[0], hits[2], hits[1])
         s = labels.setdefault(tuple(r[k] for k in keys), len(labels))
         sa.append(xa)
         sb.append(xb)
         strata.append(np.full(idx.shape, s))
         cluster.append(idx)
         reps.append(np.full(idx.shape, int(r["victim_rep"] if by_victim else r["replicate"])))
+        every = None if every is None or hits is None else every + [(*hits, np.full(hits[0].shape, s))]
     cat = np.concatenate
     sa, sb, strata, cluster, reps = cat(sa), cat(sb), cat(strata), cat(cluster), cat(reps)
     res = compare_paired(sa, sb, strata=strata, cluster=cluster, method="bootstrap", seed=seed)
@@ -380,6 +547,11 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
         "rep_min": float(min(per_rep)), "rep_max": float(max(per_rep)),
         "grad_evals_a": float(m["grad_evals_a"].mean()), "grad_evals_b": float(m["grad_evals_b"].mean()),
     }
+    if every:  # the same comparison over all images (success = the goal met on x_adv)
+        ix, ha, hb, st = (cat([e[k] for e in every]) for k in range(4))
+        ra = compare_paired(ha, hb, strata=st, cluster=ix, method="bootstrap", seed=seed)
+        out.update(all_n_pairs=ra.n_pairs, all_asr_a=ra.asr_a, all_asr_b=ra.asr_b, all_diff=ra.diff,
+                   all_ci_low=ra.diff_ci_low, all_ci_high=ra.diff_ci_high)
     if by_victim:
         # the sides as the claim names them: asr_a is the share of the pairs fooling victim a (so
         # diff = asr_b - asr_a), and each side's clean accuracy on the run's images (mean over its
@@ -417,24 +589,31 @@ def grid_name(grid: str) -> str:
 
 
 def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFrame:
-    """One row per claim; for each size its pooled difference, interval, Holm-adjusted p,
-    replicate range, verdict and gradient evaluations per image of each side, read from
-    ``runs/<size>/<grid name>/``. A size whose run folder is missing leaves its columns empty and
-    says so in ``<size>_note``."""
+    """One row per (claim, regime); for each size its pooled difference, interval, Holm-adjusted p
+    (over every row of the size), replicate range, verdict, gradient evaluations per image of each
+    side, the all-images difference where recorded, and the claim's label over its regimes
+    (:func:`regime_label`), read from ``runs/<size>/<grid name>[@<regime>]/``. A size whose run
+    folder is missing leaves its columns empty and says so in ``<size>_note``."""
     grid_names = {g: grid_name(g) for g in spec.grid_names()}
-    rows: list[dict[str, Any]] = [{"id": c.id, "by": c.by, "claim": c.claim, "paper": c.paper, "setting": c.setting,
-                                   "paper_number": c.paper_number or "", "eps": c.eps_str} for c in spec.claims]
+    first = spec.measured(spec.sizes[0])
+    rows: list[dict[str, Any]] = [
+        {"id": c.id, "regime": c.regime, "regime_label": spec.regimes[c.regime].label,
+         "paper_regime": c.regime == c.paper_regime,
+         "paper_source": c.paper_source or (spec.regimes[c.paper_regime].source if c.paper_regime else ""), "by": c.by,
+         "claim": c.claim, "paper": c.paper, "setting": c.setting, "paper_number": c.paper_number or "",
+         "eps": c.eps_str} for c in first]
     for size in spec.sizes:
         results: list[dict[str, Any]] = []
-        for c in (c.at(size) for c in spec.claims):
+        measured = spec.measured(size)
+        for c in measured:
             if c.skip:
                 results.append({"note": f"not measured: {c.skip}"})
                 continue
-            folders = [Path(runs) / size / grid_names[g] for g in c.grids()]
+            folders = [Path(runs) / size / c.run_name(grid_names[g]) for g in c.grids()]
             missing = [g for g, f in zip(c.grids(), folders) if not (f / "results.parquet").is_file()]
             if missing:
-                results.append({"note": f"not run: make claims-runs SIZE={size} runs "
-                                        + " and ".join(f"advtransfer grid {g} --size {size}" for g in missing)})
+                results.append({"note": "not run: " + " and ".join(run_command(spec, g, size, c.regime)
+                                                                  for g in missing)})
                 continue
             results.append(evaluate_whitebox_claim(c, *folders, seed) if c.by == "whitebox"
                            else evaluate_claim(c, folders[0], seed))
@@ -442,11 +621,42 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
         for r, p in zip(results, holm(ps)):
             if "p" in r:
                 r["p_holm"] = float(p)
-        for row, c, r in zip(rows, spec.claims, results):  # min_gain is the same at every size
+        for row, c, r in zip(rows, measured, results):  # min_gain is the same at every size
             for k, v in r.items():
                 row[f"{size}_{k}"] = v
             row[f"{size}_verdict"] = claim_verdict(r, c.min_gain)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    for size in spec.sizes:
+        labels = {cid: regime_label(list(zip(g["regime"], g[f"{size}_verdict"])))
+                  for cid, g in df.groupby("id", sort=False)}
+        df[f"{size}_label"] = df["id"].map(labels)
+    return df
+
+
+def run_command(spec: ClaimsSpec, grid: str, size: str, regime: str = STANDARD) -> str:
+    """The command that makes the run of ``grid`` in ``regime`` at zoo ``size`` (what ``make
+    claims-runs`` runs; ``RUNS`` stands for its runs folder)."""
+    sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args())
+    name = grid_name(grid) + ("" if regime == STANDARD else f"@{regime}")
+    return f"advtransfer grid {grid} --size {size}{sets} --out RUNS/{size}/{name} (make claims-runs SIZE={size})"
+
+
+def regime_label(verdicts: list[tuple[str, str]]) -> str:
+    """One claim's label at one size from its (regime, verdict) pairs: ``holds in every regime
+    tested``, ``regime-dependent`` (with where it holds and where not), ``holds in no regime
+    tested``; with one measured regime, its verdict and ``(one regime measured)``; '' with none."""
+    got = [(r, v) for r, v in verdicts if v]
+    if not got:
+        return ""
+    held = [r for r, v in got if v == "holds"]
+    if len(got) == 1:
+        return f"{got[0][1]} (one regime measured: {got[0][0]})"
+    if len(held) == len(got):
+        return f"holds in every regime tested ({len(got)})"
+    if not held:
+        return f"holds in no regime tested ({len(got)})"
+    return (f"regime-dependent: holds in {', '.join(held)}; not in "
+            + ", ".join(f"{r} ({v})" for r, v in got if v != "holds"))
 
 
 def _pts(v: float) -> str:
@@ -475,29 +685,68 @@ def _matched_note(r: pd.Series, s: str) -> str:
             + (f"; left out, white-box level outside the ladder: {out}" if out else "") + ")")
 
 
+def _cell(r: pd.Series, s: str) -> str:
+    """One (claim, regime) row at size ``s``: "verdict: diff [interval] (p_Holm; replicates) ..."."""
+    if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
+        note = str(r.get(f"{s}_note", ""))
+        return "not run" if note.startswith("not run") else note
+    reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
+            if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
+    head = (f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
+            f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {_p(r[f'{s}_p_holm'])}{reps}; ")
+    if r.get("by") == "victim":  # the victims are the arms: ASR on each, from the same examples
+        return head + (f"ASR on A {100 * r[f'{s}_asr_a']:.1f}% vs on B {100 * r[f'{s}_asr_b']:.1f}% "
+                       f"from {_count(r[f'{s}_n_sources'], 'source')}; clean accuracy A {100 * r[f'{s}_clean_a']:.1f}% "
+                       f"vs B {100 * r[f'{s}_clean_b']:.1f}%; grad evals/image {r[f'{s}_grad_evals_a']:.0f}")
+    return head + (f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
+                   f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
+                   f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}{_all_note(r, s)}")
+
+
+def _all_note(r: pd.Series, s: str) -> str:
+    """The all-images difference of a row, where its records have it."""
+    d = r.get(f"{s}_all_diff")
+    if d is None or pd.isna(d):
+        return ""
+    return (f"; over all images {_pts(d)} pts [{_pts(r[f'{s}_all_ci_low'])}, {_pts(r[f'{s}_all_ci_high'])}] "
+            f"(ASR {100 * r[f'{s}_all_asr_a']:.1f}% vs {100 * r[f'{s}_all_asr_b']:.1f}%)")
+
+
+def _short(r: pd.Series, s: str) -> str:
+    """A regime's row in a claim's cell: verdict, difference, interval."""
+    if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
+        note = str(r.get(f"{s}_note", ""))
+        return "not run" if note.startswith("not run") else "not measured"
+    return (f"{r[f'{s}_verdict']} {_pts(r[f'{s}_diff'])} [{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}]"
+            + (" (paper's regime)" if r.get("paper_regime") else ""))
+
+
 def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
-    """The claims table as Markdown: per size "diff [interval] (p_holm; replicates lo..hi) verdict"
-    in points, with gradient evaluations per image A/B."""
+    """The claims table as Markdown, one row per claim: per size the claim's label over its
+    regimes, then its standard regime's "diff [interval] (p_holm; replicates lo..hi) verdict" in
+    points with gradient evaluations per image A/B, then each other regime in one phrase."""
     head = ["claim", "paper, setting", "paper's number"] + [f"{s} zoo" for s in sizes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in df.iterrows():
-        cells = [r["claim"], f"{r['paper']}; {r['setting']}".strip("; "), r["paper_number"] or "n/a"]
+    for _, g in df.groupby("id", sort=False):
+        std = g[g["regime"] == STANDARD].iloc[0] if (g["regime"] == STANDARD).any() else g.iloc[0]
+        cells = [std["claim"], f"{std['paper']}; {std['setting']}".strip("; "), std["paper_number"] or "n/a"]
         for s in sizes:
-            if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
-                note = str(r.get(f"{s}_note", ""))
-                cells.append("not run" if note.startswith("not run") else note)
-                continue
-            reps = (f"; replicates {_pts(r[f'{s}_rep_min'])}..{_pts(r[f'{s}_rep_max'])}"
-                    if r[f"{s}_n_replicates"] > 1 else "; 1 replicate")
-            head = (f"**{r[f'{s}_verdict']}**: {_pts(r[f'{s}_diff'])} pts "
-                    f"[{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}], p_Holm {_p(r[f'{s}_p_holm'])}{reps}; ")
-            if r.get("by") == "victim":  # the victims are the arms: ASR on each, from the same examples
-                cells.append(head + f"ASR on A {100 * r[f'{s}_asr_a']:.1f}% vs on B {100 * r[f'{s}_asr_b']:.1f}% "
-                             f"from {_count(r[f'{s}_n_sources'], 'source')}; clean accuracy A {100 * r[f'{s}_clean_a']:.1f}% "
-                             f"vs B {100 * r[f'{s}_clean_b']:.1f}%; grad evals/image {r[f'{s}_grad_evals_a']:.0f}")
-                continue
-            cells.append(head + f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
-                         f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
-                         f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}")
+            label = std.get(f"{s}_label") or ""
+            others = [f"{r['regime']} ({r['eps']}): {_short(r, s)}" for _, r in g.iterrows()
+                      if r["regime"] != STANDARD and not str(r.get(f"{s}_note", "")).startswith("not measured: regime")]
+            lead = f"*{label}*. " if label and others else ""
+            cells.append(lead + _cell(std, s) + ("" if not others else "; other regimes: " + "; ".join(others)))
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def format_regimes(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
+    """The full per-regime table as Markdown: one row per (claim, regime) with its regime's label,
+    ε and, per size, the row of :func:`format_claims`'s standard cell."""
+    head = ["claim", "regime", "ε"] + [f"{s} zoo" for s in sizes]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in df.iterrows():
+        reg = f"`{r['regime']}`: {r['regime_label']}" + (" (the paper's)" if r.get("paper_regime") else "")
+        cells = [r["id"], reg, r["eps"]] + [_cell(r, s) for s in sizes]
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)

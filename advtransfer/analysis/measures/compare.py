@@ -48,11 +48,12 @@ class Samples:
         self._by_victim: dict[str, dict[str, pd.DataFrame]] = {}
 
     def get(self, cell_id: str, victim: str) -> pd.DataFrame:
-        """Rows of one (cell, victim): columns index (int), clean_correct (bool), success (bool)."""
+        """Rows of one (cell, victim): columns index (int), clean_correct (bool), success (bool), and
+        hit (bool: the goal met on x_adv whatever the victim said on x) where the run recorded it."""
         if cell_id not in self._by_victim:  # split once per cell: a claims table asks for each victim
             df = self.get_all(cell_id)
-            self._by_victim[cell_id] = {str(v): g[["index", "clean_correct", "success"]]
-                                        for v, g in df.groupby("victim", sort=False)}
+            cols = ["index", "clean_correct", "success"] + (["hit"] if "hit" in df.columns else [])
+            self._by_victim[cell_id] = {str(v): g[cols] for v, g in df.groupby("victim", sort=False)}
         sub = self._by_victim[cell_id].get(str(victim))
         if sub is None or sub.empty:
             raise UserError(f"{self.root / 'samples' / (cell_id + '.parquet')} has no rows for victim {victim!r}; "
@@ -88,6 +89,19 @@ def paired_outcomes(sa: pd.DataFrame, sb: pd.DataFrame) -> tuple[np.ndarray, np.
     keep = sa["clean_correct"].to_numpy(dtype=bool)[pa] & sb["clean_correct"].to_numpy(dtype=bool)[pb]
     pa, pb = pa[keep], pb[keep]
     return ia[pa], sa["success"].to_numpy(dtype=bool)[pa], sb["success"].to_numpy(dtype=bool)[pb]
+
+
+def paired_hits(sa: pd.DataFrame, sb: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Join two per-image tables of one victim on ``index`` over *all* their common images (the
+    denominator of papers reporting 1 − victim accuracy). Returns (index, hit_a, hit_b), or None
+    when a table has no ``hit`` column (a run from before it was recorded)."""
+    if "hit" not in sa.columns or "hit" not in sb.columns:
+        return None
+    ia, ib = sa["index"].to_numpy(), sb["index"].to_numpy()
+    common, pa, pb = np.intersect1d(ia, ib, assume_unique=True, return_indices=True)
+    order = np.argsort(pa, kind="stable")
+    pa, pb = pa[order], pb[order]
+    return ia[pa], sa["hit"].to_numpy(dtype=bool)[pa], sb["hit"].to_numpy(dtype=bool)[pb]
 
 
 def _keys(df: pd.DataFrame, keys: Iterable[str]) -> list[str]:
