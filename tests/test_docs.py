@@ -19,6 +19,9 @@ def test_readme_is_a_front_door():
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; the detail belongs on a docs page"
     text = "\n".join(lines)
     assert "make grid" in text and "make test" in text
+    # one transfer-matrix figure, drawn from the kept rows of the default grid's last full run
+    assert "](docs/assets/default-grid.png)" in text and (REPO / "docs" / "assets" / "default-grid.png").stat().st_size > 20_000
+    assert (REPO / "results" / "default-grid" / "results.parquet").is_file()
 
 
 def test_the_site_builds_strictly_with_generated_reference(tmp_path):
@@ -54,9 +57,16 @@ def test_the_site_builds_strictly_with_generated_reference(tmp_path):
         assert f"(claims/{cid}.md)" in index and (tmp_path / "docs" / "results" / "claims" / f"{cid}.md").is_file()
     assert (tmp_path / "docs" / "results" / "claims" / "lgv.png").stat().st_size > 5000
     assert "holds (+" in index  # verdicts with their differences, recomputed from the records
+    # the default grid's matrices: one image and one table per radius, from results/default-grid
+    grid_page = (tmp_path / "docs" / "results" / "default-grid.md").read_text()
+    for eps in ("4-255", "8-255"):
+        assert f"default-grid/transfer_mifgsm_linf_eps{eps}.png)" in grid_page
+        assert (tmp_path / "docs" / "results" / "default-grid" / f"transfer_mifgsm_linf_eps{eps}.png").stat().st_size > 20_000
+    assert grid_page.count("| `resnet20_a` |") == 2
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                            capture_output=True, text=True, cwd=tmp_path, env=env)
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "site" / "reference" / "attacks.html").is_file() and (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "results" / "claims" / "lgv.html").is_file()
+    assert (tmp_path / "site" / "results" / "default-grid.html").is_file()

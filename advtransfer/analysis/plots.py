@@ -63,15 +63,21 @@ def transfer_matrix(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[
 
 def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """Write the heatmaps of ``RUN_DIR/results.parquet`` to ``RUN_DIR/figures/``; returns the paths."""
-    from matplotlib.patches import Rectangle
-
-    plt = pyplot()
-
     from ..run.store import RunStore
 
     run_dir = Path(run_dir)
     df = RunStore(run_dir).read_results()
-    out_dir = run_dir / "figures"
+    return plot_matrices(df, run_dir / "figures", formats) + plot_uaps(run_dir, df)
+
+
+def plot_matrices(df: pd.DataFrame, out_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """One transfer-matrix heatmap (ASR %, surrogates × victims grouped by family, white-box cells
+    outlined) per (attack label, ε, norm, targeting) of a results table, into ``out_dir`` as
+    ``transfer_<label>_<norm>_eps<a>-<b>[_targeted].<format>``; returns the paths."""
+    from matplotlib.patches import Rectangle
+
+    plt = pyplot()
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     keys = ["attack_label", "eps", "norm", "targeted"]
@@ -111,7 +117,6 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
         fig.tight_layout()
         written += save_figure(fig, out_dir, f"transfer_{label}_{norm}_eps{eps_str.replace('/', '-')}"
                                              f"{'_targeted' if targeted else ''}", formats)
-    written += plot_uaps(run_dir, df)
     return written
 
 
