@@ -164,7 +164,8 @@ def default_grid_page(out: Path, kept: Path = DEFAULT_GRID) -> bool:
     src = json.loads((kept / "source.json").read_text())
     figs = {p.stem: p for p in plot_matrices(df, out / "default-grid", ("png",))}
     n = int(df["n"].iloc[0])
-    lines = [HEADER.replace("claims/records", "results/default-grid"), "# The default grid's transfer matrices\n\n",
+    lines = ["---\nhide:\n  - toc   # the wide tables need the width\n---\n\n",
+             HEADER.replace("claims/records", "results/default-grid"), "# The default grid's transfer matrices\n\n",
              f"`make grid ATTACK=mifgsm` on the shipped converged zoo: {', '.join(sorted(df['attack_label'].unique()))}, "
              f"{df['steps'].iloc[0]} steps, test images 0-{n - 1}, success over the images each victim classifies "
              f"correctly (white-box cells outlined). Run of {str(src.get('finished_at', ''))[:10]} at git "
