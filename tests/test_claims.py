@@ -315,7 +315,7 @@ def test_a_claim_may_differ_per_size(tmp_path, capsys):
     r = claims_table(spec, runs).iloc[0]
     assert r["converged_n_replicates"] == 2 and r["cpu_n_replicates"] == 1
     assert main(["claims", str(path), "--list-grids", "--size", "cpu"]) == 0
-    assert capsys.readouterr().out.split() == [str(tmp_path / "grid2.yaml"), "synthetic2"]
+    assert capsys.readouterr().out.split() == ["synthetic2", str(tmp_path / "grid2.yaml")]
     for sizes, message in [({"full": {"a": "x"}}, "not one of the file's sizes"),
                            ({"cpu": {"eps": "4/255"}}, "may only set grid, a, b"),
                            ({"cpu": "grid2"}, "sizes must map a zoo size")]:

@@ -102,7 +102,7 @@ def read_grid(grid: str, sets: Sequence[str] | dict | None = None) -> GridSpec:
         raw = apply_sets(raw, sets)
         if "name" not in sets:
             raw["name"] = f"{name}@set-{short_hash(sets)[:8]}"
-        raw["x-set"] = _flat(sets)
+        raw["x-set"] = flatten_sets(sets)
     unknown = sorted((str(k) for k in set(raw) - GRID_KEYS if not str(k).startswith("x-")), key=str)
     if unknown:
         raise UserError(f"{src}: " + suggest(unknown[0], sorted(GRID_KEYS), "grid key")
@@ -140,12 +140,13 @@ def _plugins(raw: dict, path: Path, src: str) -> tuple[str, ...]:
     return resolved
 
 
-def _flat(sets: dict, prefix: str = "") -> list[str]:
-    """``sets`` back as ``KEY.PATH=VALUE`` strings (for messages and the run's record)."""
+def flatten_sets(sets: dict, prefix: str = "") -> list[str]:
+    """``sets`` (:func:`parse_sets`'s nested mapping) back as ``KEY.PATH=VALUE`` strings, as
+    ``--set`` takes them (the run's record, the claims' regime commands)."""
     out = []
     for k, v in sets.items():
         if isinstance(v, dict) and v:
-            out += _flat(v, f"{prefix}{k}.")
+            out += flatten_sets(v, f"{prefix}{k}.")
         else:
             out.append(f"{prefix}{k}={yaml.safe_dump(v, default_flow_style=True, width=10_000).strip().removesuffix('...').strip()}")
     return out

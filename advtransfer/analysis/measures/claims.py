@@ -164,12 +164,12 @@ class Regime:
     def grid_args(self) -> list[str]:
         """The regime as ``advtransfer grid`` arguments: ``-n N`` for its image count (so it wins
         over a runner's default ``-n``), ``--set KEY.PATH=VALUE`` for every other key."""
-        from ...grid.load import _flat
+        from ...grid.load import flatten_sets
 
         rest = {k: v for k, v in self.sets.items() if k != "n"}
         return ((["-n", str(self.sets["n"])] if "n" in self.sets else [])
                 + (["--attack", ",".join(self.attacks)] if self.attacks else [])
-                + [a for kv in _flat(rest) for a in ("--set", kv)])
+                + [a for kv in flatten_sets(rest) for a in ("--set", kv)])
 
 
 @dataclass(frozen=True)
