@@ -124,8 +124,11 @@ class ModelSpec:
         """Everything that determines the model at ``size`` (hashed into ``recipe_hash``), as its
         kind defines it: for a trained entry the architecture, the resolved recipe and the
         training method's version; for a pretrained one its source; for a defended one its base's
-        hash and the defence (see :mod:`.sources`)."""
-        return self.declared().identity(size)
+        hash and the defence (see :mod:`.sources`). A kind a plugin registered adds its source's
+        sha256 (:mod:`advtransfer.plugins`): an edited kind is another model."""
+        ident = self.declared().identity(size)
+        code = SOURCE_KINDS.code(self.origin.key)
+        return {**ident, "plugin_code": {**ident.get("plugin_code", {}), "model source": code}} if code else ident
 
     def recipe_hash(self, size: str) -> str:
         """Short hash of :meth:`identity`: a cached model is valid while its card holds this hash."""
