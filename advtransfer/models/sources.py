@@ -34,7 +34,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, TypeVar, Union
+from typing import Any, Callable, ClassVar, Iterable, Union
 
 import torch.nn as nn
 
@@ -52,14 +52,13 @@ from .store import locate, save_states, shipped_hash, shipped_paths, verify_chec
 
 Cache = Union[str, os.PathLike, None]
 Log = Callable[[str], object]
-S = TypeVar("S", bound=type)
 
 
-def register_source(key: str) -> Callable[[S], S]:
+def register_source(key: str) -> Callable[[type], type]:
     """Class decorator: the kind of catalogue entry declared by the YAML key ``key`` (a
     :class:`Source` subclass; it becomes the class's ``key``). Unregister with ``SOURCE_KINDS.remove(key)``."""
 
-    def deco(cls: S) -> S:
+    def deco(cls: type) -> type:
         cls.key = key
         SOURCE_KINDS.add(key, cls)
         return cls
