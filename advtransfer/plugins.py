@@ -7,6 +7,7 @@ A plugin is
   it defines when imported: ``@register_attack(...)`` (:mod:`advtransfer.attacks`),
   ``@ARCHS.register(...)`` (:mod:`advtransfer.models.archs`: a builder taking ``num_classes`` that
   returns a network of *normalised* images, like the harness's own), ``TRAINERS`` (training methods),
+  ``@register_source(...)`` (:mod:`advtransfer.models.sources`: a new kind of catalogue entry, by its YAML key),
   ``@register_measure(...)`` (:mod:`advtransfer.analysis.measures`: a table computed from a run
   folder, ``advtransfer measure RUN NAME``, shown by the report);
 - a catalogue file (``my_models.yaml``, the format of ``surrogates/*.yaml``) whose entries join the
@@ -20,7 +21,8 @@ A grid names them under ``plugins:`` (paths relative to the grid file), the CLI 
 the main process and in every worker of every executor (:func:`advtransfer.run.executors`), code before
 catalogues. The sha256 of a plugin's source file (for a module: its ``__file__``) enters the id of
 every cell whose attack or surrogate network it defines and the recipe hash of every model built
-from its architecture or trained by its method, so an edited plugin never reuses a cached result.
+from its architecture, trained by its method or of its kind of entry, so an edited plugin never
+reuses a cached result.
 A plugin that cannot be imported, or registers a name that exists already, is a one-line
 :class:`UserError` naming it (the CLI exits 2) before anything trains or is written.
 """
@@ -73,9 +75,11 @@ def _registries() -> dict[str, Any]:
     from .analysis.measures.registry import MEASURES
     from .attacks import ATTACKS
     from .models.archs import ARCHS
+    from .models.catalogue import SOURCE_KINDS
     from .training.base import TRAINERS
 
-    return {ATTACKS.kind: ATTACKS, ARCHS.kind: ARCHS, TRAINERS.kind: TRAINERS, MEASURES.kind: MEASURES}
+    return {ATTACKS.kind: ATTACKS, ARCHS.kind: ARCHS, TRAINERS.kind: TRAINERS, MEASURES.kind: MEASURES,
+            SOURCE_KINDS.kind: SOURCE_KINDS}
 
 
 def sha256_of(path: str | Path) -> str:

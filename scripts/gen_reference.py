@@ -205,9 +205,7 @@ def models_page() -> str:
     specs = zoo.load_specs()
     rows = []
     for name, spec in specs.items():
-        source = ("pretrained" if spec.pretrained is not None else "defence" if spec.defence is not None
-                  else "recipe")
-        rows.append([f"`{name}`", spec.arch, spec.family, spec.kind, spec.dataset, source,
+        rows.append([f"`{name}`", spec.arch, spec.family, spec.kind, spec.dataset, spec.origin.key,
                      Path(str(spec.source)).name])
     parts = [HEADER, "# Models\n\n", "## Catalogue\n\n",
              "Every zoo entry of the catalogue files (`surrogates/*.yaml`, `victims/*.yaml`).\n\n",

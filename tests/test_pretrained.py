@@ -4,6 +4,7 @@ open_clip config, timm resnet10t without weights). These check wiring, shapes, g
 preprocessing and the zero-shot head only; they are never used for reported numbers. The image
 folder source is tested on a handful of generated PNG files."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -134,7 +135,7 @@ def test_missing_weights_file_is_reported(zoo_dir, tmp_path):
     from advtransfer.models import zoo
 
     spec = zoo.get_spec("clip_offline")
-    bad = zoo.ModelSpec(**{**spec.__dict__, "pretrained": {"tag": "x", "weights": str(tmp_path / "nope.bin")}})
+    bad = replace(spec, origin=zoo.Origin("pretrained", {"pretrained": {"tag": "x", "weights": str(tmp_path / "nope.bin")}}))
     from advtransfer.models.pretrained import build_pretrained
 
     with pytest.raises(UserError, match="does not exist"):

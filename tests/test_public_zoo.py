@@ -282,9 +282,9 @@ def test_public_victims_file_parses(tmp_path, monkeypatch):
     assert set(rb) == {"Carmon2019Unlabeled", "Wong2020Fast"}
     for arch, s in hub.items():
         assert s.family == "public" and s.kind == "pretrained" and s.dataset == "cifar10"
-        assert s.pretrained == {"tag": cifar_hub.MODELS[arch].sha256_prefix}
+        assert s.origin.key == "pretrained" and s.origin.value == {"tag": cifar_hub.MODELS[arch].sha256_prefix}
         assert s.identity("ci")["release"]["url"] == cifar_hub.MODELS[arch].url
-    assert all(s.pretrained == {"tag": "Linf"} for s in rb.values())
+    assert all(s.origin.value == {"tag": "Linf"} for s in rb.values())
     # and the shipped catalogue as a whole still loads (no name declared twice)
     monkeypatch.delenv("ADVTRANSFER_ZOO", raising=False)
     assert set(specs) <= set(load_specs(catalogue_dirs()))

@@ -73,7 +73,7 @@ def plugin_code(spec: GridSpec, s: SurrogateEntry, attack: str) -> dict[str, str
         specs = load_specs()
         for m in s.models:
             ms = get_spec(m, specs)
-            arch = ms.arch if ms.pretrained is not None else ms.arch_at(spec.size)[0]
+            arch = ms.declared().arch_name(spec.size)
             sha = ARCHS.code(arch)
             if sha:
                 out[f"architecture {arch}"] = sha

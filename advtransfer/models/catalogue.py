@@ -1,10 +1,16 @@
 """The model catalogue: declarative entries in ``surrogates/*.yaml`` and ``victims/*.yaml`` read
-into :class:`ModelSpec` objects, with the recipe hash that names a trained model's identity."""
+into :class:`ModelSpec` objects, with the recipe hash that names a trained model's identity.
+
+An entry is its common fields (name, arch, family, dataset, ...) plus one tagged source, the
+:class:`Origin`: the YAML key that says where its weights come from (``recipe``, ``pretrained``,
+``defence``) and the keys that kind owns. Each kind is one class of :data:`SOURCE_KINDS`
+(:mod:`.sources` registers the harness's own; a plugin may register another): the catalogue asks
+that class to check an entry and, through :meth:`ModelSpec.declared`, everything that depends on
+the kind (identity, data variant, label set, training method)."""
 from __future__ import annotations
 
 import copy
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -12,31 +18,66 @@ import yaml
 
 from ..core.config import SIZES, zoo_catalogue_dirs
 from ..core.errors import UserError
-from ..core.registry import suggest
+from ..core.registry import Registry, suggest
 from ..core.resources import catalogue_dirs
 from ..core.rng import seeded
 from ..core.utils import short_hash
 from .archs import CIFAR10_MEAN, CIFAR10_STD, ImageClassifier, build_arch
 
+#: the kinds of entry by the YAML key that declares each: classes with the interface of
+#: :class:`advtransfer.models.sources.Source`, registered with
+#: :func:`advtransfer.models.sources.register_source` (the harness's: ``recipe``, ``pretrained``, ``defence``)
+SOURCE_KINDS: Registry[Any] = Registry("model source")
+#: the kind of an entry that names none: trained from the recipe it then lacks
+DEFAULT_SOURCE = "recipe"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The tagged half of an entry: ``key``, the YAML key naming its kind (a name of
+    :data:`SOURCE_KINDS`), and ``fields``, the entry's keys that kind owns, as checked by it (a
+    defended entry's ``defence`` and ``base``)."""
+
+    key: str
+    fields: dict = field(default_factory=dict)
+
+    @property
+    def value(self) -> Any:
+        """The value of the key itself: the recipe, pretrained or defence mapping."""
+        return self.fields[self.key]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The owned key ``name``, or ``default`` where the kind has none."""
+        return self.fields.get(name, default)
+
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One zoo entry. ``recipe`` holds the training recipe with its ``sizes`` (ci/cpu/converged/full; a size may also name its own ``arch``)."""
+    """One zoo entry: the fields every kind has, and ``origin``, where its weights come from.
+    For a trained entry :attr:`recipe` holds the training recipe with its ``sizes``
+    (ci/cpu/converged/full; a size may also name its own ``arch``)."""
 
     name: str
     arch: str
     family: str
-    recipe: dict
+    origin: Origin
     arch_kwargs: dict = field(default_factory=dict)
     dataset: str = "cifar10"
     num_classes: int = 10
     kind: str = "single"
     channels_last: bool = True
-    pretrained: dict | None = None  # open_clip / timm pretrained entry (not trained): see models/pretrained.py
     replicates: int = 1  # independently seeded copies <name>@r1 .. @r<k-1> (replicate 0 is <name> itself)
-    base: str | None = None  # a defended entry: the zoo entry behind the defence
-    defence: dict | None = None  # a defended entry: the defence (see models/defences.py)
-    source: str = ""
+    source: str = ""  # the catalogue file that declares it
+
+    @property
+    def recipe(self) -> dict:
+        """The training recipe (empty for an entry the harness does not train)."""
+        return self.origin.get("recipe", {})
+
+    def declared(self) -> Any:
+        """The source this entry declares (:class:`advtransfer.models.sources.Source`: one class
+        per YAML key), bound to it; without reading any card (see :func:`advtransfer.models.sources.resolve`)."""
+        return SOURCE_KINDS.get(self.origin.key)(self)
 
     def resolved_recipe(self, size: str) -> dict:
         """The recipe for one size: the shared keys updated with ``sizes[size]`` (a size naming
@@ -66,73 +107,28 @@ class ModelSpec:
         return sz.get("arch", self.arch), sz.get("arch_kwargs", {} if "arch" in sz else self.arch_kwargs)
 
     def data_variant(self, size: str):
-        """The training-data variant of the recipe at ``size`` (:class:`advtransfer.data.variants.DataVariant`);
-        a defended entry has its base's, a pretrained entry the default."""
-        from ..data.variants import DataVariant
-
-        if self.defence is not None:
-            return get_spec(self.base).data_variant(size)
-        if self.pretrained is not None:
-            return DataVariant()
-        return DataVariant.from_recipe(self.resolved_recipe(size), f"{self.source}: model {self.name!r}")
+        """The training-data variant of the entry at ``size`` (:class:`advtransfer.data.variants.DataVariant`;
+        its kind decides: a recipe's, a defended entry's base's, a pretrained entry the default)."""
+        return self.declared().data_variant(size)
 
     def label_set(self) -> str:
         """The label set the entry predicts (:data:`advtransfer.data.variants.LABEL_SETS`; the same at
-        every size): ``cifar10`` (the dataset's own classes) unless its recipe declares another."""
-        if self.defence is not None:
-            return get_spec(self.base).label_set()
-        if self.pretrained is not None or not self.recipe.get("sizes"):
-            return "cifar10"
-        return self.data_variant(next(iter(self.recipe["sizes"]))).labels
+        every size): ``cifar10`` (the dataset's own classes) unless its kind says another."""
+        return self.declared().label_set()
 
     def method_version(self) -> int | None:
-        """``VERSION`` of the training method of the recipe (None for a pretrained or defended entry)."""
-        if self.pretrained is not None or self.defence is not None:
-            return None
-        from ..training import method_version
-
-        return method_version(self.recipe.get("method", "standard"))
+        """``VERSION`` of the training method of the recipe (None for an entry the harness does not train)."""
+        return self.declared().method_version()
 
     def identity(self, size: str) -> dict:
-        """Everything that determines the trained weights (hashed into ``recipe_hash``): the
-        architecture, the resolved recipe and the training method's version; for a recipe
-        continuing from another entry (``init_from``) that entry's hash too; for a pretrained
-        entry its source (architecture, tag or weights file)."""
-        if self.pretrained is not None:
-            from .pretrained import identity
-
-            return identity(self)
-        if self.defence is not None:
-            from .defences import identity as defence_identity, resolve
-
-            return {"base": self.base, "base_hash": get_spec(self.base).recipe_hash(size),
-                    "defence": defence_identity(resolve(self.defence, self.source))}
-        from ..core.config import train_threads
-
-        recipe = self.resolved_recipe(size)
-        arch, arch_kwargs = self.arch_at(size)
-        ident: dict[str, Any] = {"arch": arch, "arch_kwargs": arch_kwargs, "dataset": self.dataset,
-                                 "num_classes": self.num_classes, "recipe": recipe,
-                                 "threads": train_threads(recipe)}  # pinned in training: weights depend on it
-        code = plugin_code(arch, str(recipe.get("method", "standard")))
-        if code:  # an architecture or training method of a plugin: its source's sha256 (advtransfer.plugins)
-            ident["plugin_code"] = code
-        version = self.method_version()
-        if version != 1:
-            # version 1 is each method's code as it was when versions were introduced: left out of
-            # the hash so that models trained before then stay valid; any bump changes the hash
-            ident["method_version"] = version
-        if ident["recipe"].get("data"):  # how variants select and shift images is code: versioned
-            from ..data.variants import VERSION as variants_version
-
-            ident["variants_version"] = variants_version
-        base = ident["recipe"].get("init_from")
-        if base:
-            ident["init_from_hash"] = get_spec(base).recipe_hash(size)
-        sources = ident["recipe"].get("sources")
-        if sources:  # static models a defence trains against (ensemble_at, pubdef)
-            ident["sources_hash"] = {s: get_spec(s).recipe_hash(size) for s in sources}
-        return ident
+        """Everything that determines the model at ``size`` (hashed into ``recipe_hash``), as its
+        kind defines it: for a trained entry the architecture, the resolved recipe and the
+        training method's version; for a pretrained one its source; for a defended one its base's
+        hash and the defence (see :mod:`.sources`). A kind a plugin registered adds its source's
+        sha256 (:mod:`advtransfer.plugins`): an edited kind is another model."""
+        ident = self.declared().identity(size)
+        code = SOURCE_KINDS.code(self.origin.key)
+        return {**ident, "plugin_code": {**ident.get("plugin_code", {}), "model source": code}} if code else ident
 
     def recipe_hash(self, size: str) -> str:
         """Short hash of :meth:`identity`: a cached model is valid while its card holds this hash."""
@@ -163,68 +159,41 @@ def plugin_code(arch: str, method: str | None = None) -> dict[str, str]:
     return out
 
 
-_REQUIRED = ("name", "arch", "family", "recipe")
+#: keys every entry may have, whatever its kind (a kind may require or forbid some, see Source.parse)
+COMMON_KEYS = tuple(f.name for f in fields(ModelSpec) if f.name not in ("origin", "source"))
 #: keys of a size's recipe that choose the network rather than its training (see ModelSpec.arch_at)
 _SIZE_ARCH_KEYS = ("arch", "arch_kwargs")
 
 
-def _spec_from_entry(entry: Any, source: str) -> ModelSpec:
+def _kind_of(entry: dict, source: str) -> Any:
+    """The class of :data:`SOURCE_KINDS` whose key ``entry`` names (:data:`DEFAULT_SOURCE` if none)."""
+    keys = [k for k in SOURCE_KINDS.names() if k in entry]
+    if len(keys) > 1:
+        raise UserError(f"{source}: model {entry.get('name', '?')!r} declares {' and '.join(keys)}; an entry "
+                        f"takes one of {', '.join(SOURCE_KINDS.names())}")
+    return SOURCE_KINDS.get(keys[0] if keys else DEFAULT_SOURCE)
+
+
+def _spec_from_entry(entry: Any, source: str, folder: Path | None = None) -> ModelSpec:
+    """The spec of one catalogue entry: its kind checks the keys it owns (and may fill in common
+    ones: a defended entry's arch); one-line UserErrors. ``folder``: what relative paths in the
+    entry are relative to (a plugin's catalogue: its folder; None: as written)."""
     if not isinstance(entry, dict):
         raise UserError(f"{source}: each model entry must be a mapping, got {type(entry).__name__}")
-    missing = [k for k in _REQUIRED if k not in entry]
-    if "defence" in entry:  # a defence wrapping another entry: no weights, no recipe of its own
-        missing = [k for k in ("name", "base", "family") if k not in entry]
-        if missing:
-            raise UserError(f"{source}: defended entry {entry.get('name', '?')!r} lacks {', '.join(missing)}")
-        if "recipe" in entry or "pretrained" in entry or "arch" in entry:
-            raise UserError(f"{source}: defended entry {entry['name']!r} takes base and defence only "
-                            f"(its architecture and weights are its base's)")
-        from .defences import resolve
-
-        resolve(entry["defence"], f"{source}: model {entry['name']!r}")
-        if entry["base"] == entry["name"]:
-            raise UserError(f"{source}: defended entry {entry['name']!r} cannot be its own base")
-        entry = {"recipe": {}, "kind": "defended", "arch": "defended", **entry}
-        missing = []
-    elif "pretrained" in entry:  # not trained by the harness: no recipe
-        missing = [k for k in ("name", "arch", "family") if k not in entry]
-        entry = {"recipe": {}, "kind": "pretrained", **entry}
-    if missing:
-        raise UserError(f"{source}: model entry {entry.get('name', '?')!r} lacks {', '.join(missing)}")
-    known = set(ModelSpec.__dataclass_fields__) - {"source"}
-    extra = set(entry) - known
+    cls = _kind_of(entry, source)
+    entry = cls.parse(dict(entry), source, folder)
+    owned = {k: entry[k] for k in cls.keys() if k in entry}
+    extra = set(entry) - set(COMMON_KEYS) - set(owned)
     if extra:
         raise UserError(f"{source}: model {entry['name']!r} has unknown keys {sorted(extra)}; "
-                        f"allowed: {sorted(known)}")
+                        f"allowed: {sorted(set(COMMON_KEYS) | set(cls.keys()))}")
     reps = entry.get("replicates", 1)
     if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
         raise UserError(f"{source}: model {entry['name']!r}: replicates must be a positive integer, got {reps!r}")
     if "@" in str(entry["name"]):
         raise UserError(f"{source}: model name {entry['name']!r} may not contain '@' (reserved for @epoch<k> and @r<k>)")
-    if "pretrained" in entry:
-        from .pretrained import check_entry
-
-        check_entry(entry["name"], entry["arch"], entry["pretrained"], source)
-    elif "defence" in entry:
-        pass
-    elif not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
-        raise UserError(f"{source}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
-    else:  # a training-data variant (advtransfer.data.variants): checked here, its label set sizes the head
-        from ..data.variants import DataVariant
-
-        where = f"{source}: model {entry['name']!r}"
-        rec = entry["recipe"]
-        sizes = [v for v in rec["sizes"].values() if isinstance(v, dict)]
-        # a size's data replaces the shared one (as resolved_recipe does)
-        labels = {DataVariant.from_recipe({"data": sz.get("data", rec.get("data"))}, where).labels for sz in sizes}
-        if len(labels) > 1:
-            raise UserError(f"{where}: every size must predict the same label set, got {sorted(labels)}")
-        if labels and labels != {"cifar10"}:
-            n_cls = DataVariant(labels=labels.pop()).num_classes
-            if entry.get("num_classes", n_cls) != n_cls:
-                raise UserError(f"{where}: num_classes {entry['num_classes']} does not match its label set ({n_cls} classes)")
-            entry = {**entry, "num_classes": n_cls}
-    return ModelSpec(**{k: entry[k] for k in entry}, source=source)
+    common = {k: entry[k] for k in COMMON_KEYS if k in entry}
+    return ModelSpec(**common, origin=Origin(cls.key, owned), source=source)
 
 
 def zoo_dirs() -> list[Path]:
@@ -278,16 +247,6 @@ def catalogue_names(path: str | Path) -> list[str]:
     return [str(e.get("name")) for e in entries if isinstance(e, dict)]
 
 
-def _weights_beside(entries: list, path: Path) -> None:
-    """A plugin catalogue's relative ``pretrained.weights`` paths are relative to the file."""
-    for e in entries:
-        pre = e.get("pretrained") if isinstance(e, dict) else None
-        w = pre.get("weights") if isinstance(pre, dict) else None
-        if (isinstance(w, str) and w and not w.startswith("hf-hub:")
-                and not Path(os.path.expandvars(w)).expanduser().is_absolute()):
-            pre["weights"] = str(path.parent / w)
-
-
 #: the specs of a catalogue by its files' (path, text): a run asks for them many times per command
 _SPECS: dict[tuple[tuple[str, str], ...], dict[str, "ModelSpec"]] = {}
 
@@ -313,18 +272,14 @@ def _load_specs(paths: list[Path]) -> dict[str, ModelSpec]:
         entries = (doc or {}).get("models", []) if isinstance(doc, dict) else None
         if not isinstance(entries, list):
             raise UserError(f"{path}: expected a top-level 'models:' list")
-        if path in _EXTRA_CATALOGUES:
-            _weights_beside(entries, path)
+        folder = path.parent if path in _EXTRA_CATALOGUES else None  # a plugin's: paths relative to it
         for entry in entries:
-            spec = _spec_from_entry(entry, str(path))
+            spec = _spec_from_entry(entry, str(path), folder)
             if spec.name in specs:
                 raise UserError(f"model {spec.name!r} is declared twice ({specs[spec.name].source}, {path})")
             specs[spec.name] = spec
-    for spec in specs.values():
-        if spec.defence is not None:
-            root = split_replicate(split_checkpoint(spec.base)[0])[0]
-            if root not in specs:
-                raise UserError(f"{spec.source}: defended entry {spec.name!r}: " + suggest(spec.base, list(specs), "base model"))
+    for spec in specs.values():  # entries naming others (a defended entry's base) once all are read
+        spec.declared().check_references(specs)
     return specs
 
 
@@ -364,11 +319,17 @@ def replicate_name(name: str, k: int) -> str:
 
 
 def _replicate_spec(spec: ModelSpec, k: int, specs: dict[str, ModelSpec]) -> ModelSpec:
-    """Replicate ``k`` of ``spec``: the same recipe with seed + k·1000; a recipe continuing from
-    another entry (``init_from``) continues from that entry's replicate k when it declares one."""
+    """Replicate ``k`` of ``spec``, as its kind makes one (a trained entry: the same recipe with
+    seed + k·1000, see :func:`replicate_recipe`)."""
     if k >= spec.replicates:
         raise UserError(f"model {spec.name}@r{k}: {spec.name!r} declares {spec.replicates} replicate(s) "
                         f"({spec.source}); add `replicates: {k + 1}` to its entry")
+    return spec.declared().replicate(k, specs)
+
+
+def replicate_recipe(recipe: dict, k: int, specs: dict[str, ModelSpec]) -> dict:
+    """The recipe of replicate ``k``: seed + k·1000 (shared and per size); a recipe continuing from
+    another entry (``init_from``) continues from that entry's replicate k when it declares one."""
 
     def shift(d: dict) -> dict:
         d = dict(d)
@@ -380,11 +341,11 @@ def _replicate_spec(spec: ModelSpec, k: int, specs: dict[str, ModelSpec]) -> Mod
                 d["init_from"] = replicate_name(d["init_from"], k)
         return d
 
-    recipe = shift(spec.recipe)
-    recipe.setdefault("seed", k * REPLICATE_SEED_STEP)
-    if "sizes" in recipe:
-        recipe["sizes"] = {size: shift(v) for size, v in recipe["sizes"].items()}
-    return replace(spec, name=f"{spec.name}@r{k}", recipe=recipe)
+    out = shift(recipe)
+    out.setdefault("seed", k * REPLICATE_SEED_STEP)
+    if "sizes" in out:
+        out["sizes"] = {size: shift(v) for size, v in out["sizes"].items()}
+    return out
 
 
 def get_spec(name: str, specs: dict[str, ModelSpec] | None = None) -> ModelSpec:

@@ -91,8 +91,7 @@ def load_states(name: str, size: str | None = None, cache: str | os.PathLike | N
     """Spec, card and verified weights (member → state dict) of a trained model."""
     size = size or default_size()
     spec = get_spec(name)
-    if spec.defence is not None:
-        raise UserError(f"model {name!r} is a defence around {spec.base!r} and has no weights of its own")
+    spec.declared().require_weights()  # a pretrained or defended entry: one line
     weights, _ = locate(name, size, cache)
     card = read_card(name, size, cache)
     if card is None or not weights.is_file():

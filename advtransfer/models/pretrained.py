@@ -139,15 +139,20 @@ def check_entry(name: str, arch: str, pretrained: Any, source: str) -> None:
                             f"{', '.join(ROBUSTBENCH_THREATS)}; got {pretrained.get('tag')!r}")
 
 
+def _block(spec) -> dict:
+    """The entry's ``pretrained:`` mapping (its :class:`~.catalogue.Origin`'s value)."""
+    return spec.origin.value
+
+
 def weights_file(spec) -> str | None:
     """The entry's local weights file: a path, or ``hf-hub:...`` fetched from the Hugging Face Hub
     (see :mod:`.hub`); checked against the entry's ``sha256`` when it gives one."""
     from .hub import hub_file, is_hub_ref
 
-    w = spec.pretrained.get("weights")
+    w = _block(spec).get("weights")
     if not w:
         return None
-    sha = spec.pretrained.get("sha256")
+    sha = _block(spec).get("sha256")
     if is_hub_ref(w):
         return str(hub_file(w, sha, f"model {spec.name!r}: weights"))
     path = Path(os.path.expandvars(str(w))).expanduser()
@@ -163,7 +168,7 @@ def weights_file(spec) -> str | None:
 
 
 def _offline_error(spec, exc: Exception) -> UserError:
-    tag = spec.pretrained.get("tag")
+    tag = _block(spec).get("tag")
     return UserError(f"model {spec.name!r}: cannot load pretrained weights {spec.arch}:{tag} "
                      f"({type(exc).__name__}; no internet?); run once with internet or give a local "
                      f"file as `weights:` in {spec.source}")
@@ -183,7 +188,7 @@ def class_names(dataset: str, n: int) -> list[str]:
 
 
 def templates(spec) -> list[str]:
-    t = spec.pretrained.get("templates", "cifar10" if spec.dataset == "cifar10" else "imagenet")
+    t = _block(spec).get("templates", "cifar10" if spec.dataset == "cifar10" else "imagenet")
     if isinstance(t, list) and t and all(isinstance(s, str) and "{}" in s for s in t):
         return t
     if t == "cifar10":
@@ -297,7 +302,7 @@ class TimmPreprocessed(nn.Module):
 def _register_inline_config(spec) -> None:
     import open_clip
 
-    cfg = spec.pretrained.get("model_config")
+    cfg = _block(spec).get("model_config")
     if cfg is None:
         return
     if not isinstance(cfg, dict):
@@ -316,8 +321,8 @@ def build_open_clip(spec, device: str = "cpu") -> ZeroShotCLIP:
     if arch not in open_clip.list_models():
         raise UserError(f"model {spec.name!r}: open_clip has no architecture {arch!r} (see open_clip.list_models())")
     weights = weights_file(spec)
-    random_init = bool(spec.pretrained.get("random_init"))
-    pretrained = None if random_init else (weights or spec.pretrained.get("tag"))
+    random_init = bool(_block(spec).get("random_init"))
+    pretrained = None if random_init else (weights or _block(spec).get("tag"))
     try:
         model = open_clip.create_model(arch, pretrained=pretrained, device=device)
     except UserError:
@@ -347,10 +352,10 @@ def build_timm(spec, device: str = "cpu") -> TimmPreprocessed:
     import timm
 
     _, arch = loader_of(spec.arch)
-    tag = spec.pretrained.get("tag")
+    tag = _block(spec).get("tag")
     name = f"{arch}.{tag}" if tag and "." not in arch else arch
     weights = weights_file(spec)
-    random_init = bool(spec.pretrained.get("random_init"))
+    random_init = bool(_block(spec).get("random_init"))
     kwargs = dict(spec.arch_kwargs)
     if spec.num_classes:
         kwargs.setdefault("num_classes", spec.num_classes)
@@ -419,7 +424,7 @@ def build_cifar_hub(spec, device: str = "cpu") -> nn.Module:
     if spec.dataset != "cifar10" or spec.num_classes != 10:
         raise UserError(f"model {spec.name!r}: {spec.arch} is a CIFAR-10 model (dataset: cifar10, num_classes: 10)")
     model = cifar_hub.build(arch, 10)
-    if spec.pretrained.get("random_init"):
+    if _block(spec).get("random_init"):
         return model
     weights = weights_file(spec)
     if weights:
@@ -447,14 +452,14 @@ def build_robustbench(spec, device: str = "cpu") -> nn.Module:
     """A RobustBench model (pixels in [0,1]) through ``robustbench.utils.load_model``; with
     ``random_init`` its architecture from RobustBench's model zoo, without weights."""
     _, name = loader_of(spec.arch)
-    threat = spec.pretrained.get("tag") or "Linf"
+    threat = _block(spec).get("tag") or "Linf"
     try:
         from robustbench.utils import load_model as robustbench_load
     except ImportError as exc:  # missing, or installed without its own dependencies
         raise UserError(f"model {spec.name!r}: {spec.arch} needs the robustbench package, which cannot be imported "
                         f"({type(exc).__name__}: {_first_line(exc)}); install it with `{ROBUSTBENCH_INSTALL}` "
                         f"(not a dependency of advtransfer)") from None
-    if spec.pretrained.get("random_init"):
+    if _block(spec).get("random_init"):
         from robustbench.model_zoo import model_dicts
         from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
 
@@ -517,7 +522,7 @@ def build_pretrained(spec, device: str = "cpu") -> nn.Module:
     from ..core.rng import seeded
 
     kind, _ = loader_of(spec.arch)
-    with seeded(0 if spec.pretrained.get("random_init") else None, device):
+    with seeded(0 if _block(spec).get("random_init") else None, device):
         model = _BUILDERS[kind](spec, device)
     model.eval().to(device)
     for p in model.parameters():
@@ -529,7 +534,7 @@ def identity(spec) -> dict:
     """What determines a pretrained entry's weights (hashed into its card's recipe_hash); for
     cifar_hub the release URL and pinned sha256 prefix, for robustbench the model it names."""
     ident = {"arch": spec.arch, "arch_kwargs": spec.arch_kwargs, "dataset": spec.dataset,
-             "num_classes": spec.num_classes, "pretrained": spec.pretrained}
+             "num_classes": spec.num_classes, "pretrained": _block(spec)}
     kind, name = loader_of(spec.arch)
     if kind == "cifar_hub":
         from . import cifar_hub
@@ -538,7 +543,7 @@ def identity(spec) -> dict:
         ident["release"] = {"url": entry.url, "sha256_prefix": entry.sha256_prefix}
     elif kind == "robustbench":
         ident["robustbench"] = {"model_name": name, "dataset": spec.dataset,
-                                "threat_model": spec.pretrained.get("tag") or "Linf"}
+                                "threat_model": _block(spec).get("tag") or "Linf"}
     elif kind == "arch":
         from .archs import ARCHS
 

@@ -1,19 +1,29 @@
-"""Where a zoo model comes from, decided once: :func:`resolve` turns a catalogue name into a
-tagged source, and everything that trains, cards, checks or loads a model asks that source.
+"""Where a zoo model comes from, decided once: each kind of catalogue entry is one class here,
+registered by the YAML key that declares it (:func:`register_source`), and everything that
+checks, hashes, trains, cards or loads a model asks its source.
 
-========================  ================================================================
-:class:`TrainedSource`    trained by the harness from its recipe into one network (also an
-                          ``<entry>@epoch<k>`` checkpoint and an ``<entry>@r<k>`` replicate)
-:class:`CollectionSource` trained by the harness into several weight sets or a SWAG posterior
-                          (LGV, cSGLD, SWAG): a grid attacks it as a collection
-:class:`PretrainedSource` published weights (open_clip, timm, cifar_hub, RobustBench), carded once
-:class:`DefendedSource`   a test-time defence around another entry (its base); no weights of its own
-========================  ================================================================
+========================  ========  ======================================================
+class                     YAML key  the entry
+========================  ========  ======================================================
+:class:`TrainedSource`    recipe    trained by the harness from its recipe into one network
+                                    (also an ``<entry>@epoch<k>`` checkpoint and an ``<entry>@r<k>`` replicate)
+:class:`CollectionSource` (recipe)  trained by the harness into several weight sets or a SWAG posterior
+                                    (LGV, cSGLD, SWAG): a grid attacks it as a collection
+:class:`PretrainedSource` pretrained published weights (open_clip, timm, cifar_hub, RobustBench), carded once
+:class:`DefendedSource`   defence   a test-time defence around another entry (its ``base``); no weights of its own
+========================  ========  ======================================================
 
-Whether a trained entry is a collection shows in its card (several members, or kind ``swag``),
-so :func:`resolve` reads the card at the size asked for; :func:`declared` is the source an entry
-declares in the catalogue, without reading a card (trained, pretrained or defended), for questions
-that do not depend on it (its identity, how it is prepared, whether it has weights to ship).
+A catalogue entry is parsed into its common fields plus the :class:`~.catalogue.Origin` of its
+kind (:mod:`.catalogue`); :func:`declared` (:meth:`ModelSpec.declared
+<advtransfer.models.catalogue.ModelSpec.declared>`) binds the kind's class to the entry without
+reading a card, for questions that do not depend on one (its identity, how it is prepared,
+whether it has weights to ship). Whether a trained entry is a collection shows in its card
+(several members, or kind ``swag``), so :func:`resolve` asks the declared source for the one at
+the size asked for (:meth:`Source.at`).
+
+A new kind is one subclass of :class:`Source` registered under its YAML key; it answers
+:meth:`~Source.is_ready`, :meth:`~Source.prepare` and :meth:`~Source.load`, and overrides the
+catalogue half (:meth:`~Source.parse`, :meth:`~Source.identity`, ...) where the defaults do not fit.
 
 Nothing here changes torch's global random state: networks are initialised and trained under
 :func:`advtransfer.core.rng.seeded`.
@@ -22,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Union
 
@@ -30,9 +40,11 @@ import torch.nn as nn
 
 from ..core.config import default_size
 from ..core.errors import UserError
+from ..core.registry import suggest
 from ..core.utils import sha256_file
 from .cards import make_card, read_card, write_card
-from .catalogue import ModelSpec, get_spec, load_specs, split_checkpoint, split_replicate
+from .catalogue import (SOURCE_KINDS, ModelSpec, get_spec, load_specs, plugin_code, replicate_recipe,
+                        split_checkpoint, split_replicate)
 from .collections import build_collection, build_posterior, is_collection
 from .loading import (FULL_TEST_SIZES, eval_images_label, eval_split, instantiate, load_networks, load_states,
                       whole_test_accuracy)
@@ -42,27 +54,113 @@ Cache = Union[str, os.PathLike, None]
 Log = Callable[[str], object]
 
 
+def register_source(key: str) -> Callable[[type], type]:
+    """Class decorator: the kind of catalogue entry declared by the YAML key ``key`` (a
+    :class:`Source` subclass; it becomes the class's ``key``). Unregister with ``SOURCE_KINDS.remove(key)``."""
+
+    def deco(cls: type) -> type:
+        cls.key = key
+        SOURCE_KINDS.add(key, cls)
+        return cls
+
+    return deco
+
+
 @dataclass(frozen=True)
-class _Source:
-    """What every source answers; the defaults are those of a source with one network and no
-    weights file of its own (pretrained, defended)."""
+class Source:
+    """What every kind of entry answers, bound to one entry (``spec``). The defaults are those of
+    an entry with one network, no weights file of its own and no training recipe (pretrained,
+    defended); a kind must add :meth:`is_ready`, :meth:`prepare` and :meth:`load`."""
 
     spec: ModelSpec
+    #: the YAML key that declares the kind (set by :func:`register_source`)
+    key: ClassVar[str]
     #: the tag: trained, collection, pretrained or defended
     kind: ClassVar[str]
     #: holds its own weights file in the zoo (checked against its card, shipped by `zoo ship`)
     has_weights: ClassVar[bool] = False
     #: preparing it may train a network (its own, or a defended entry's base): it needs the training split
     trains: ClassVar[bool] = True
+    #: keys an entry of the kind must have, and how an error names such an entry
+    required: ClassVar[tuple[str, ...]] = ("name", "arch", "family")
+    noun: ClassVar[str] = "model entry"
+    #: YAML keys the kind owns besides its own (a defended entry's ``base``): kept in its Origin
+    also_owns: ClassVar[tuple[str, ...]] = ()
+
+    # --- the catalogue half: what the entry is, without reading the cache ---------------------
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The YAML keys the kind owns (its :class:`~.catalogue.Origin` holds them)."""
+        return (cls.key, *cls.also_owns)
+
+    @classmethod
+    def parse(cls, entry: dict, where: str, folder: Path | None = None) -> dict:
+        """Check a catalogue entry of this kind and return it with the kind's defaults filled in
+        (one-line UserErrors; ``where`` is the catalogue file). ``folder``: what relative paths
+        in the entry are relative to (None: as written). Here: the :attr:`required` keys."""
+        missing = [k for k in cls.required if k not in entry]
+        if missing:
+            raise UserError(f"{where}: {cls.noun} {entry.get('name', '?')!r} lacks {', '.join(missing)}")
+        return entry
+
+    def check_references(self, specs: dict[str, ModelSpec]) -> None:
+        """One-line UserError if the entry names another that catalogue ``specs`` lacks (here: none)."""
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    def describe(self) -> str:
+        """The entry's kind in words, for messages."""
+        return f"a {self.kind} entry"
+
     def identity(self, size: str) -> dict:
         """Everything that determines the model at ``size`` (hashed into its card's ``recipe_hash``,
-        see :meth:`ModelSpec.identity <advtransfer.models.catalogue.ModelSpec.identity>`)."""
-        return self.spec.identity(size)
+        see :meth:`ModelSpec.recipe_hash <advtransfer.models.catalogue.ModelSpec.recipe_hash>`).
+        Here: the network's declaration and the keys the kind owns, as written."""
+        spec = self.spec
+        return {"arch": spec.arch, "arch_kwargs": spec.arch_kwargs, "dataset": spec.dataset,
+                "num_classes": spec.num_classes, **spec.origin.fields}
+
+    def data_variant(self, size: str):
+        """The training-data variant (:class:`advtransfer.data.variants.DataVariant`); here the default."""
+        from ..data.variants import DataVariant
+
+        return DataVariant()
+
+    def label_set(self) -> str:
+        """The label set it predicts (:data:`advtransfer.data.variants.LABEL_SETS`); here ``cifar10``."""
+        return "cifar10"
+
+    def method_version(self) -> int | None:
+        """``VERSION`` of its training method (None: not trained by the harness)."""
+        return None
+
+    def replicate(self, k: int, specs: dict[str, ModelSpec]) -> ModelSpec:
+        """The spec of replicate ``k`` (``<entry>@r<k>``); here the same entry under that name."""
+        return replace(self.spec, name=f"{self.spec.name}@r{k}")
+
+    # --- the cache half: preparing, checking and loading the model ------------------------------
+    def is_ready(self, size: str, cache: Cache = None) -> bool:
+        """Whether the model is prepared at ``size`` with the current entry."""
+        raise NotImplementedError
+
+    def prepare(self, size: str, cache: Cache = None, data_dir: str | os.PathLike | None = None,
+                device: str = "cpu", progress: bool = True, log: Log = print) -> dict:
+        """Prepare it at ``size`` (train, load once, card) and write its card; returns the card."""
+        raise NotImplementedError
+
+    def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
+        """The module a grid attacks for it: eval mode, pixels in [0,1] (N×3×H×W) to logits."""
+        raise NotImplementedError
+
+    def at(self, size: str, cache: Cache = None) -> "Source":
+        """The source at ``size`` once its card is read (a trained entry may be a collection); here itself."""
+        return self
+
+    def require_weights(self) -> None:
+        """One-line UserError unless the entry holds weights of its own (:func:`~.loading.load_states`)."""
+        raise UserError(f"model {self.name!r} is {self.describe()} and has no weights of its own")
 
     def check(self, size: str, cache: Cache = None) -> None:
         """One-line UserError if weights on disk no longer match the card (nothing to check here)."""
@@ -132,13 +230,99 @@ class _Source:
         return state
 
 
+@register_source("recipe")
 @dataclass(frozen=True)
-class TrainedSource(_Source):
+class TrainedSource(Source):
     """An entry the harness trains from its recipe into one network (an ``@epoch<k>``
     checkpoint and an ``@r<k>`` replicate are trained ones too)."""
 
     kind: ClassVar[str] = "trained"
     has_weights: ClassVar[bool] = True
+    required: ClassVar[tuple[str, ...]] = ("name", "arch", "family", "recipe")
+
+    @classmethod
+    def parse(cls, entry: dict, where: str, folder: Path | None = None) -> dict:
+        """A recipe with ``sizes``; a training-data variant (:mod:`advtransfer.data.variants`) is
+        checked here, and its label set sizes the head (``num_classes``)."""
+        from ..data.variants import DataVariant
+
+        entry = super().parse(entry, where, folder)
+        if not isinstance(entry["recipe"], dict) or "sizes" not in entry["recipe"]:
+            raise UserError(f"{where}: model {entry['name']!r} needs recipe.sizes with ci/cpu/full")
+        where = f"{where}: model {entry['name']!r}"
+        rec = entry["recipe"]
+        sizes = [v for v in rec["sizes"].values() if isinstance(v, dict)]
+        # a size's data replaces the shared one (as resolved_recipe does)
+        labels = {DataVariant.from_recipe({"data": sz.get("data", rec.get("data"))}, where).labels for sz in sizes}
+        if len(labels) > 1:
+            raise UserError(f"{where}: every size must predict the same label set, got {sorted(labels)}")
+        if labels and labels != {"cifar10"}:
+            n_cls = DataVariant(labels=labels.pop()).num_classes
+            if entry.get("num_classes", n_cls) != n_cls:
+                raise UserError(f"{where}: num_classes {entry['num_classes']} does not match its label set ({n_cls} classes)")
+            entry = {**entry, "num_classes": n_cls}
+        return entry
+
+    def identity(self, size: str) -> dict:
+        """The architecture, the resolved recipe and the training method's version; for a recipe
+        continuing from another entry (``init_from``) that entry's hash too, and the hashes of
+        the static models it trains against (``sources``)."""
+        from ..core.config import train_threads
+
+        spec = self.spec
+        recipe = spec.resolved_recipe(size)
+        arch, arch_kwargs = spec.arch_at(size)
+        ident: dict[str, Any] = {"arch": arch, "arch_kwargs": arch_kwargs, "dataset": spec.dataset,
+                                 "num_classes": spec.num_classes, "recipe": recipe,
+                                 "threads": train_threads(recipe)}  # pinned in training: weights depend on it
+        code = plugin_code(arch, str(recipe.get("method", "standard")))
+        if code:  # an architecture or training method of a plugin: its source's sha256 (advtransfer.plugins)
+            ident["plugin_code"] = code
+        version = self.method_version()
+        if version != 1:
+            # version 1 is each method's code as it was when versions were introduced: left out of
+            # the hash so that models trained before then stay valid; any bump changes the hash
+            ident["method_version"] = version
+        if ident["recipe"].get("data"):  # how variants select and shift images is code: versioned
+            from ..data.variants import VERSION as variants_version
+
+            ident["variants_version"] = variants_version
+        base = ident["recipe"].get("init_from")
+        if base:
+            ident["init_from_hash"] = get_spec(base).recipe_hash(size)
+        sources = ident["recipe"].get("sources")
+        if sources:  # static models a defence trains against (ensemble_at, pubdef)
+            ident["sources_hash"] = {s: get_spec(s).recipe_hash(size) for s in sources}
+        return ident
+
+    def data_variant(self, size: str):
+        """The variant its recipe at ``size`` declares."""
+        from ..data.variants import DataVariant
+
+        return DataVariant.from_recipe(self.spec.resolved_recipe(size), f"{self.spec.source}: model {self.name!r}")
+
+    def label_set(self) -> str:
+        sizes = self.spec.recipe.get("sizes")
+        return self.data_variant(next(iter(sizes))).labels if sizes else "cifar10"
+
+    def method_version(self) -> int | None:
+        from ..training import method_version
+
+        return method_version(self.spec.recipe.get("method", "standard"))
+
+    def replicate(self, k: int, specs: dict[str, ModelSpec]) -> ModelSpec:
+        """The same recipe with seed + k·1000 (see :func:`~.catalogue.replicate_recipe`)."""
+        origin = replace(self.spec.origin, fields={**self.spec.origin.fields,
+                                                   "recipe": replicate_recipe(self.spec.recipe, k, specs)})
+        return replace(self.spec, name=f"{self.spec.name}@r{k}", origin=origin)
+
+    def at(self, size: str, cache: Cache = None) -> Source:
+        """A :class:`CollectionSource` once its card at ``size`` holds several weight sets (or a
+        SWAG posterior); before it is trained, itself."""
+        return CollectionSource(self.spec) if is_collection(read_card(self.name, size, cache) or {}) else self
+
+    def require_weights(self) -> None:
+        """It holds weights of its own."""
 
     def is_ready(self, size: str, cache: Cache = None) -> bool:
         """Trained with the current recipe: a card holding its recipe hash, and its weights file."""
@@ -217,13 +401,36 @@ class CollectionSource(TrainedSource):
                                 data_dir)
 
 
+@register_source("pretrained")
 @dataclass(frozen=True)
-class PretrainedSource(_Source):
+class PretrainedSource(Source):
     """Published weights (open_clip, timm, cifar_hub, RobustBench; see :mod:`.pretrained`): loaded
     once to write its card, built from its hub tag or weights file at every load."""
 
     kind: ClassVar[str] = "pretrained"
     trains: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, entry: dict, where: str, folder: Path | None = None) -> dict:
+        """The ``pretrained:`` mapping (see :func:`.pretrained.check_entry`); a relative ``weights``
+        path is relative to ``folder`` where one is given."""
+        from .pretrained import check_entry
+
+        entry = {"kind": "pretrained", **super().parse(entry, where, folder)}
+        pre = entry["pretrained"]
+        w = pre.get("weights") if isinstance(pre, dict) and folder is not None else None
+        if (isinstance(w, str) and w and not w.startswith("hf-hub:")
+                and not Path(os.path.expandvars(w)).expanduser().is_absolute()):
+            entry["pretrained"] = {**pre, "weights": str(folder / w)}
+        check_entry(entry["name"], entry["arch"], entry["pretrained"], where)
+        return entry
+
+    def identity(self, size: str) -> dict:
+        """Its declaration and source (see :func:`.pretrained.identity`: for cifar_hub the release
+        URL and pinned sha256 prefix, for robustbench the model it names)."""
+        from .pretrained import identity
+
+        return identity(self.spec)
 
     def is_ready(self, size: str, cache: Cache = None) -> bool:
         """Loaded once and carded with the current entry."""
@@ -252,78 +459,116 @@ class PretrainedSource(_Source):
 
     def cache_state(self, size: str, cache: Cache = None) -> str:
         card = read_card(self.name, size, cache)
-        tag = self.spec.pretrained.get("tag") or self.spec.pretrained.get("weights") or "random init (tests only)"
+        pre = self.spec.origin.value
+        tag = pre.get("tag") or pre.get("weights") or "random init (tests only)"
         return f"pretrained {tag}: " + ("loaded" if card is not None and card.get("recipe_hash") == self.spec.recipe_hash(size)
                                         else "not loaded yet (needs internet or a weights file)")
 
 
+@register_source("defence")
 @dataclass(frozen=True)
-class DefendedSource(_Source):
+class DefendedSource(Source):
     """A test-time defence (:mod:`.defences`) around its ``base`` entry: no weights of its own;
     current while its base is the same trained model."""
 
     kind: ClassVar[str] = "defended"
+    required: ClassVar[tuple[str, ...]] = ("name", "base", "family")
+    noun: ClassVar[str] = "defended entry"
+    also_owns: ClassVar[tuple[str, ...]] = ("base",)
+
+    @classmethod
+    def parse(cls, entry: dict, where: str, folder: Path | None = None) -> dict:
+        """``base`` and ``defence`` only: its architecture and weights are its base's."""
+        from .defences import resolve as resolve_defence
+
+        entry = super().parse(entry, where, folder)
+        if "arch" in entry:  # another kind's key is refused before (an entry declares one kind)
+            raise UserError(f"{where}: defended entry {entry['name']!r} takes base and defence only "
+                            f"(its architecture and weights are its base's)")
+        resolve_defence(entry["defence"], f"{where}: model {entry['name']!r}")
+        if entry["base"] == entry["name"]:
+            raise UserError(f"{where}: defended entry {entry['name']!r} cannot be its own base")
+        return {"kind": "defended", "arch": "defended", **entry}
+
+    @property
+    def base(self) -> str:
+        """The entry the defence wraps."""
+        return self.spec.origin.fields["base"]
+
+    @property
+    def defence(self) -> dict:
+        """The defence mapping as written (:func:`.defences.resolve` fills in its defaults)."""
+        return self.spec.origin.value
+
+    def check_references(self, specs: dict[str, ModelSpec]) -> None:
+        """Its base must be an entry of the catalogue (or a checkpoint or replicate of one)."""
+        if split_replicate(split_checkpoint(self.base)[0])[0] not in specs:
+            raise UserError(f"{self.spec.source}: defended entry {self.name!r}: " + suggest(self.base, list(specs), "base model"))
+
+    def describe(self) -> str:
+        return f"a defence around {self.base!r}"
+
+    def identity(self, size: str) -> dict:
+        """Its base's hash and the defence with its defaults."""
+        from .defences import identity as defence_identity, resolve as resolve_defence
+
+        return {"base": self.base, "base_hash": get_spec(self.base).recipe_hash(size),
+                "defence": defence_identity(resolve_defence(self.defence, self.spec.source))}
+
+    def data_variant(self, size: str):
+        """Its base's."""
+        return get_spec(self.base).data_variant(size)
+
+    def label_set(self) -> str:
+        """Its base's."""
+        return get_spec(self.base).label_set()
 
     def is_ready(self, size: str, cache: Cache = None) -> bool:
         """Carded around the base's current weights, and the base is ready."""
-        spec = self.spec
-        card = read_card(spec.name, size, cache)
-        base = read_card(spec.base, size, cache)
-        return (card is not None and base is not None and card.get("recipe_hash") == spec.recipe_hash(size)
-                and card.get("base_sha256") == base.get("sha256") and declared(get_spec(spec.base)).is_ready(size, cache))
+        card = read_card(self.name, size, cache)
+        base = read_card(self.base, size, cache)
+        return (card is not None and base is not None and card.get("recipe_hash") == self.spec.recipe_hash(size)
+                and card.get("base_sha256") == base.get("sha256") and declared(get_spec(self.base)).is_ready(size, cache))
 
     def prepare(self, size: str, cache: Cache = None, data_dir: str | os.PathLike | None = None,
                 device: str = "cpu", progress: bool = True, log: Log = print) -> dict:
         """Train its base if needed and write its card (see :func:`prepare_defended`); returns the card."""
-        log(f"defending {self.spec.base} with {self.spec.defence['kind']} as {self.name} ...")
+        log(f"defending {self.base} with {self.defence['kind']} as {self.name} ...")
         return prepare_defended(self.spec, size, cache, data_dir, device, progress)
 
     def summary(self, card: dict) -> str | None:
         return (f"  {self.name}: clean accuracy {card['clean_acc']:.3f} on test 0-999 "
-                f"(base {self.spec.base}: {card['base_clean_acc']:.3f})")
+                f"(base {self.base}: {card['base_clean_acc']:.3f})")
 
     def load(self, size: str | None = None, cache: Cache = None, device: str = "cpu") -> nn.Module:
         """The defence around its base's network (a collection's first member)."""
         from .defences import Defended, resolve as resolve_defence
 
-        base = load_model(self.spec.base, size, cache, device, member=0)
-        return Defended(base, resolve_defence(self.spec.defence, self.spec.source)).eval()
+        base = load_model(self.base, size, cache, device, member=0)
+        return Defended(base, resolve_defence(self.defence, self.spec.source)).eval()
 
     def trains_at(self, size: str, specs: dict[str, ModelSpec] | None = None) -> bool:
         """Prepared at a size its base is trained at."""
         specs = load_specs() if specs is None else specs
-        base = specs.get(split_replicate(split_checkpoint(self.spec.base)[0])[0])
+        base = specs.get(split_replicate(split_checkpoint(self.base)[0])[0])
         return base is not None and declared(base).trains_at(size, specs)
 
 
-#: a zoo model's source, tagged by its ``kind``
-Source = Union[TrainedSource, CollectionSource, PretrainedSource, DefendedSource]
-
-
-def declared(spec: ModelSpec) -> TrainedSource | PretrainedSource | DefendedSource:
-    """The source ``spec`` declares in the catalogue (``pretrained:``, ``defence:``, else a
-    recipe), without reading any card; a trained entry is a collection only once its card says so
-    (see :func:`resolve`)."""
-    if spec.pretrained is not None:
-        return PretrainedSource(spec)
-    if spec.defence is not None:
-        return DefendedSource(spec)
-    return TrainedSource(spec)
+def declared(spec: ModelSpec) -> Source:
+    """The source ``spec`` declares in the catalogue (its YAML key's class, bound to it), without
+    reading any card; a trained entry is a collection only once its card says so (see :func:`resolve`)."""
+    return spec.declared()
 
 
 def resolve(name: str | ModelSpec, size: str | None = None, cache: Cache = None,
             specs: dict[str, ModelSpec] | None = None) -> Source:
     """The tagged source of zoo entry ``name`` at ``size`` (default:
-    :func:`advtransfer.core.config.default_size`). With :func:`declared`, its catalogue half, the one
-    place that decides whether an entry is trained, a collection, pretrained or defended: a
-    trained entry whose card at ``size`` holds several weight sets (or a SWAG posterior) is a
-    :class:`CollectionSource`; before it is trained it resolves as a :class:`TrainedSource`.
-    An unknown name is a one-line UserError."""
+    :func:`advtransfer.core.config.default_size`): the source it declares (:func:`declared`) as
+    it stands at ``size`` (:meth:`Source.at`: a trained entry whose card at ``size`` holds several
+    weight sets, or a SWAG posterior, is a :class:`CollectionSource`; before it is trained it
+    resolves as a :class:`TrainedSource`). An unknown name is a one-line UserError."""
     spec = name if isinstance(name, ModelSpec) else get_spec(name, specs)
-    src = declared(spec)
-    if src.kind == "trained" and is_collection(read_card(spec.name, size or default_size(), cache) or {}):
-        return CollectionSource(spec)
-    return src
+    return declared(spec).at(size or default_size(), cache)
 
 
 def is_trained(spec: ModelSpec, size: str, cache: Cache = None) -> bool:
@@ -376,12 +621,12 @@ def prepare_pretrained(spec: ModelSpec, size: str | None = None, cache: str | os
     except UserError:
         pass
     card = make_card(
-        spec, size, kind="random_init" if spec.pretrained.get("random_init") else "pretrained",
+        spec, size, kind="random_init" if spec.origin.value.get("random_init") else "pretrained",
         recipe=None, members=[""], clean_acc=acc, clean_acc_images=images,
         # the checksum of a local weights file, else of the entry (hub weights are pinned by their tag)
         sha256=_pretrained_sha(spec, size),
         n_params=sum(p.numel() for p in model.parameters()), device=device,
-        pretrained=spec.pretrained, load_s=round(load_s, 2))
+        pretrained=spec.origin.value, load_s=round(load_s, 2))
     write_card(card, cache)
     return card
 
@@ -399,9 +644,10 @@ def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.P
     from .defences import identity as defence_identity, resolve
 
     size = size or default_size()
-    ensure_trained([spec.base], size, cache, data_dir, device, progress)
-    base_card = read_card(spec.base, size, cache)
-    defence = resolve(spec.defence, spec.source)
+    src = DefendedSource(spec)
+    ensure_trained([src.base], size, cache, data_dir, device, progress)
+    base_card = read_card(src.base, size, cache)
+    defence = resolve(src.defence, spec.source)
     model = load_model(spec.name, size, cache, device)
     x, y = eval_split(spec.dataset, data_dir)
     t0 = time.perf_counter()
@@ -411,7 +657,7 @@ def prepare_defended(spec: ModelSpec, size: str | None = None, cache: str | os.P
     card = make_card(spec, size, kind="defended", recipe=None, members=[""], clean_acc=acc,
                      clean_acc_images=f"test 0-{len(x) - 1}", sha256=sha,
                      n_params=sum(p.numel() for p in model.parameters()), device=device,
-                     base=spec.base, base_sha256=base_card["sha256"], base_clean_acc=base_card.get("clean_acc"),
+                     base=src.base, base_sha256=base_card["sha256"], base_clean_acc=base_card.get("clean_acc"),
                      defence=defence, eval_s=round(time.perf_counter() - t0, 2))
     write_card(card, cache)
     return card

@@ -67,8 +67,7 @@ def locate(name: str, size: str, cache: str | os.PathLike | None = None) -> tupl
             spec = None
         # an early-stopped checkpoint <entry>@epoch<k> is shipped beside its run: without it a
         # clone that has the shipped entry would find the entry trained but not its checkpoint
-        if (spec is not None and spec.pretrained is None
-                and spec.defence is None and shipped_hash(name, size) == spec.recipe_hash(size)):
+        if spec is not None and spec.declared().has_weights and shipped_hash(name, size) == spec.recipe_hash(size):
             return _hub_weights(*shipped)
     return zoo_paths(name, size, cache)
 
