@@ -57,6 +57,7 @@ from ..core import faults
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, register_method, training_subset
+from .context import TrainingContext
 from .resume import ResumeFile, continue_from, elapsed_so_far
 from .sam import sam_backward
 
@@ -115,10 +116,10 @@ def _param_groups(net: nn.Module, lr: float, wd: float, bias_scaler: float) -> l
 
 
 @register_method("fast", version=1)
-def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-               progress: bool = True) -> TrainOutput:
-    """Train ``net`` (an ImageClassifier: pixels in [0,1], N×3×32×32) with airbench's techniques
-    (see the module docstring for each recipe key and its default)."""
+def train_fast(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
+    """Train ``net`` (an ImageClassifier: pixels in [0,1], N×3×32×32) on ``ctx.device`` with
+    airbench's techniques (see the module docstring for each recipe key and its default)."""
+    device = ctx.device
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     idx = training_subset(data, recipe)
     bs = int(recipe.get("batch_size", 1024))
@@ -172,7 +173,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     ahead = _Lookahead(net) if recipe.get("lookahead", True) else None
     alphas = 0.95 ** 5 * (torch.arange(total + 1) / total) ** 3
     step, loss_ema, start, resumed, earlier, t_sitting = 0, None, 0, [], 0.0, time.perf_counter()
-    resume = ResumeFile(recipe["_resume"], recipe) if recipe.get("_resume") else None
+    resume = ResumeFile(ctx.resume, recipe) if ctx.resume is not None else None
     saved = resume.load() if resume is not None else None
     if saved is not None:  # the state after epoch `start`; the draws above were replayed and are overwritten here
         net.load_state_dict(saved["net"])
@@ -180,10 +181,10 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         gen.set_state(saved["gen"])
         if ahead is not None:
             ahead.avg = {k: v.to(device) for k, v in saved["ahead"].items()}
-        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"),
+        start, step, loss_ema, checkpoints, resumed = continue_from(saved, ctx.name,
                                                                    math.ceil(epochs))
         earlier = saved.get("elapsed")
-    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
+    bar = tqdm(total=total, initial=step, desc=ctx.name, unit="step", disable=not ctx.progress,
                leave=False, mininterval=1.0)
     for epoch in range(start, math.ceil(epochs)):
         faults.point("epoch_start")

@@ -52,8 +52,9 @@ STATELESS = ResumeHooks(get=dict, set=lambda state: None)
 
 
 def recipe_identity(recipe: dict) -> str:
-    """The recipe as the resume file records it: every key not starting with ``_`` (those are the
-    zoo's run-time additions: the entry's name, loaded source models, the file's own path)."""
+    """The recipe as the resume file records it: every key not starting with ``_`` (files written
+    while the run-time facts rode in the recipe under such keys recorded the recipe without them;
+    they are in the :class:`~advtransfer.training.context.TrainingContext` now)."""
     return json.dumps({k: v for k, v in recipe.items() if not str(k).startswith("_")}, sort_keys=True, default=str)
 
 

@@ -15,6 +15,7 @@ from ..core.rng import seeded
 from ..core.utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
+from .context import TrainingContext
 from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from, elapsed_so_far
 
 
@@ -30,10 +31,11 @@ def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: flo
     return (x + delta).clamp(0, 1).detach()
 
 
-def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
+def fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
         make_batch=None, on_epoch_end=None, backward=None, lr_fn=None, after_step=None,
         resume_hooks: ResumeHooks | None = None) -> TrainOutput:
-    """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar.
+    """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar
+    (``ctx.progress``), on ``ctx.device``.
 
     ``make_batch(x, y, gen)`` may replace the clean batch (adversarial training);
     ``on_epoch_end(epoch, net)`` may record checkpoints; ``backward(net, x, y, label_smoothing)``
@@ -48,17 +50,18 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     state is restored afterwards.
 
     Resumable (:mod:`advtransfer.training.resume`): with ``resume_hooks`` (the method's own state;
-    :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none) and the zoo's
-    ``recipe["_resume"]`` path, the loop's state is saved after every epoch and a run finding that
+    :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none) and a ``ctx.resume``
+    path, the loop's state is saved after every epoch and a run finding that
     file continues from it, to the same weights an uninterrupted run gives.
     """
-    with seeded(int(recipe.get("seed", 0)), device):
-        return _fit(net, recipe, data, device, progress, make_batch, on_epoch_end, backward, lr_fn, after_step,
+    with seeded(int(recipe.get("seed", 0)), ctx.device):
+        return _fit(net, recipe, data, ctx, make_batch, on_epoch_end, backward, lr_fn, after_step,
                     resume_hooks)
 
 
-def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
+def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
          make_batch, on_epoch_end, backward, lr_fn, after_step, resume_hooks) -> TrainOutput:
+    device = ctx.device
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     idx = training_subset(data, recipe)
     bs = int(recipe.get("batch_size", 128))
@@ -84,7 +87,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     if bad:
         raise UserError(f"keep_epochs {bad} outside 1..{epochs} (the recipe's epochs)")
     checkpoints: dict[str, dict[str, torch.Tensor]] = {}
-    resume = ResumeFile(recipe["_resume"], recipe) if resume_hooks is not None and recipe.get("_resume") else None
+    resume = ResumeFile(ctx.resume, recipe) if resume_hooks is not None and ctx.resume is not None else None
     saved = resume.load() if resume is not None else None
     start, resumed, earlier, t_sitting = 0, [], 0.0, time.perf_counter()
     if saved is not None:  # the state after epoch `start`: every draw from here on is the uninterrupted run's
@@ -95,10 +98,10 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
         if saved.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         resume_hooks.set(saved["extra"])
-        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"), epochs)
+        start, step, loss_ema, checkpoints, resumed = continue_from(saved, ctx.name, epochs)
         earlier = saved.get("elapsed")
     # created after a resume so that its rate and time left count this run's steps only
-    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
+    bar = tqdm(total=total, initial=step, desc=ctx.name, unit="step", disable=not ctx.progress,
                leave=False, mininterval=1.0)
     for epoch in range(start, epochs):
         faults.point("epoch_start")
@@ -151,12 +154,12 @@ def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
 SNAPSHOT_DTYPES = {"float32": None, "float16": torch.float16}
 
 
-def snapshot_dtype(recipe: dict, method: str) -> torch.dtype | None:
+def snapshot_dtype(recipe: dict, method: str, name: str = "?") -> torch.dtype | None:
     """The recipe's ``snapshot_dtype`` (default ``float32``, kept as trained: ``None``), or a
-    UserError naming the recipe and the accepted values."""
+    UserError naming the recipe (of entry ``name``) and the accepted values."""
     stored = recipe.get("snapshot_dtype", "float32")
     if stored not in SNAPSHOT_DTYPES:
-        raise UserError(f"{method} recipe of {recipe.get('_name', '?')!r}: snapshot_dtype {stored!r} "
+        raise UserError(f"{method} recipe of {name!r}: snapshot_dtype {stored!r} "
                         f"is not one of {sorted(SNAPSHOT_DTYPES)}")
     return SNAPSHOT_DTYPES[stored]
 
@@ -171,18 +174,16 @@ def stored_copy(net: nn.Module, dtype: torch.dtype | None) -> dict[str, torch.Te
 
 
 @register_method("standard", version=1)
-def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                   progress: bool = True) -> TrainOutput:
+def train_standard(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
     early-stopped checkpoints as entries ``<name>@epoch<k>``."""
-    out = fit(net, recipe, data, device, progress, resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, resume_hooks=STATELESS)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"])}
     return out
 
 
 @register_method("fgsm_at", version=1)
-def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                  progress: bool = True) -> TrainOutput:
+def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """FGSM adversarial training with random start: ``at_eps`` (default 8/255), ``at_alpha``
     (default 1.25·at_eps). Produces the defended victim."""
     eps = parse_fraction(recipe.get("at_eps", "8/255"))
@@ -191,6 +192,6 @@ def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu"
     def make_batch(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return fgsm_rs_example(net, x, y, eps, alpha, gen)
 
-    out = fit(net, recipe, data, device, progress, make_batch=make_batch, resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, make_batch=make_batch, resume_hooks=STATELESS)
     out.meta.update(at_eps=eps, at_alpha=alpha)
     return out
