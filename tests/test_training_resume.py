@@ -32,7 +32,7 @@ def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch, res
             if cut_at is not None and len(seen) == cut_at:
                 raise Cut()
 
-    monkeypatch.setattr(faults, "point", point)  # the faults module both loops call
+    monkeypatch.setattr(faults, "point", point)  # where both loops' shared ResumableRun announces each epoch
     torch.manual_seed(0)
     net = ImageClassifier(build_arch("tinycnn")) if build is None else build()
     ctx = TrainingContext(name="resume_test", progress=False, resume=resume)
@@ -104,6 +104,58 @@ def test_a_resume_state_from_another_recipe_is_set_aside(tmp_path, monkeypatch, 
         assert "resumed_at_epochs" not in again.meta
         assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
         assert path.with_suffix(".stale").is_file()
+
+
+#: the recipes of the two loops for the tests below: 384 images at batch 128, 3 steps an epoch
+LOOP_RECIPES = {
+    "standard": {"batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3, "lr": 0.1, "momentum": 0.9},
+    "fast": {"batch_size": 128, "seed": 5, "epochs": 3, "lr": 2.0, "momentum": 0.9, "weight_decay": 0.005,
+             "bias_scaler": 1.0, "label_smoothing": 0.1},
+}
+
+
+def _with_dropout():
+    """A tinycnn whose logits pass through dropout: its masks come from torch's global generator,
+    the one stream neither loop's own generator covers."""
+    from advtransfer.models.archs import ImageClassifier, build_arch
+
+    return ImageClassifier(torch.nn.Sequential(build_arch("tinycnn"), torch.nn.Dropout(0.5)))
+
+
+@pytest.mark.parametrize("method", ["standard", "fast"])
+def test_both_loops_resume_torchs_global_random_stream(tmp_path, monkeypatch, method):
+    """Both loops share one resume protocol (training/resume.py ResumableRun), which saves and
+    restores torch's global generator too: a network drawing from it (dropout) resumes to the
+    uninterrupted run's weights in the fast loop as in the standard one (the fast loop's own
+    protocol of before restored its data generator only)."""
+    data = first_train_images(384)
+    recipe = LOOP_RECIPES[method]
+    whole = _train(method, recipe, data, None, monkeypatch, build=_with_dropout)
+    path = tmp_path / "r.pt"
+    with pytest.raises(Cut):
+        _train(method, recipe, data, 2, monkeypatch, path, build=_with_dropout)
+    assert torch.load(path, weights_only=True)["torch_rng"] is not None
+    again = _train(method, recipe, data, None, monkeypatch, path, build=_with_dropout)
+    assert again.meta["resumed_at_epochs"] == [1]
+    assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
+
+
+def test_a_fast_state_of_the_former_layout_still_resumes(tmp_path, monkeypatch):
+    """A state the fast loop saved before the loops shared one protocol (the lookahead average at
+    the top level, no ``extra``, no torch generator) is still continued, to the same weights: a
+    long run cut off then is not lost."""
+    data = first_train_images(384)
+    recipe = LOOP_RECIPES["fast"]
+    whole = _train("fast", recipe, data, None, monkeypatch)
+    path = tmp_path / "r.pt"
+    with pytest.raises(Cut):
+        _train("fast", recipe, data, 3, monkeypatch, path)
+    state = torch.load(path, weights_only=True)
+    old = {k: v for k, v in state.items() if k not in ("extra", "torch_rng", "cuda_rng")}
+    torch.save({**old, "ahead": state["extra"]["ahead"]}, path)
+    again = _train("fast", recipe, data, None, monkeypatch, path)
+    assert again.meta["resumed_at_epochs"] == [2]
+    assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
 
 
 #: a cSGLD entry of seconds (a tiny CNN on 500 images) for the end-to-end kill test

@@ -1,14 +1,10 @@
 """Standard SGD training and FGSM adversarial training with random start (Wong et al., 2020)."""
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from ..core import faults
 from ..data import Split
 from ..core.errors import UserError
 from ..core.rng import seeded
@@ -16,7 +12,7 @@ from ..core.utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
 from .context import TrainingContext
-from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from, elapsed_so_far
+from .resume import STATELESS, ResumableRun, ResumeHooks
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -49,14 +45,25 @@ def fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
     Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
     state is restored afterwards.
 
-    Resumable (:mod:`advtransfer.training.resume`): with ``resume_hooks`` (the method's own state;
-    :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none) and a ``ctx.resume``
-    path, the loop's state is saved after every epoch and a run finding that
+    Resumable (:class:`~advtransfer.training.resume.ResumableRun`): with ``resume_hooks`` (the
+    method's own state; :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none)
+    and a ``ctx.resume`` path, the loop's state is saved after every epoch and a run finding that
     file continues from it, to the same weights an uninterrupted run gives.
     """
     with seeded(int(recipe.get("seed", 0)), ctx.device):
-        return _fit(net, recipe, data, ctx, make_batch, on_epoch_end, backward, lr_fn, after_step,
-                    resume_hooks)
+        return _fit(net, recipe, data, ctx, make_batch, on_epoch_end, backward, lr_fn, after_step, resume_hooks)
+
+
+def _fine_tuned_params(net: nn.Module, recipe: dict) -> list[nn.Parameter]:
+    """The parameters the recipe's ``finetune`` mode trains (``linear``: freezes all but the head)."""
+    mode = recipe.get("finetune", "full")
+    if mode not in ("full", "linear"):
+        raise UserError(f"finetune must be full (every weight trains) or linear (the head only), got {mode!r}")
+    if mode == "linear":
+        if not recipe.get("init_from"):
+            raise UserError("finetune: linear trains the head on frozen features; it needs init_from")
+        freeze(net, classifier_head(net))
+    return [p for p in net.parameters() if p.requires_grad]
 
 
 def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
@@ -70,41 +77,16 @@ def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
     noise = float(recipe.get("noise_sigma", 0.0))
     if noise < 0:
         raise UserError(f"noise_sigma must be >= 0, got {noise}")
-    mode = recipe.get("finetune", "full")
-    if mode not in ("full", "linear"):
-        raise UserError(f"finetune must be full (every weight trains) or linear (the head only), got {mode!r}")
-    if mode == "linear":
-        if not recipe.get("init_from"):
-            raise UserError("finetune: linear trains the head on frozen features; it needs init_from")
-        freeze(net, classifier_head(net))
-    opt = make_optimizer([p for p in net.parameters() if p.requires_grad], recipe)
+    opt = make_optimizer(_fine_tuned_params(net, recipe), recipe)
     total = epochs * steps_per_epoch(len(idx), bs)
-    step = 0
     net.to(device).train()
-    loss_ema = None
     keep = {int(e) for e in recipe.get("keep_epochs", [])}
     bad = sorted(e for e in keep if not 1 <= e <= epochs)
     if bad:
         raise UserError(f"keep_epochs {bad} outside 1..{epochs} (the recipe's epochs)")
-    checkpoints: dict[str, dict[str, torch.Tensor]] = {}
-    resume = ResumeFile(ctx.resume, recipe) if resume_hooks is not None and ctx.resume is not None else None
-    saved = resume.load() if resume is not None else None
-    start, resumed, earlier, t_sitting = 0, [], 0.0, time.perf_counter()
-    if saved is not None:  # the state after epoch `start`: every draw from here on is the uninterrupted run's
-        net.load_state_dict(saved["net"])
-        opt.load_state_dict(saved["opt"])
-        gen.set_state(saved["gen"])
-        torch.set_rng_state(saved["torch_rng"])
-        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
-        resume_hooks.set(saved["extra"])
-        start, step, loss_ema, checkpoints, resumed = continue_from(saved, ctx.name, epochs)
-        earlier = saved.get("elapsed")
-    # created after a resume so that its rate and time left count this run's steps only
-    bar = tqdm(total=total, initial=step, desc=ctx.name, unit="step", disable=not ctx.progress,
-               leave=False, mininterval=1.0)
-    for epoch in range(start, epochs):
-        faults.point("epoch_start")
+    ls = float(recipe.get("label_smoothing", 0.0))
+    run = ResumableRun(ctx, recipe, net, opt, gen, epochs, total, resume_hooks)
+    for epoch in run.epochs_left():
         for x, y in batches(data, idx, bs, gen, aug):
             x, y = x.to(device), y.to(device)
             if make_batch is not None:
@@ -112,8 +94,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
             if noise:
                 x = x + noise * torch.randn(x.shape, generator=gen).to(x.device)
             for grp in opt.param_groups:
-                grp["lr"] = lr = lr_at(step, total, recipe) if lr_fn is None else lr_fn(step, total)
-            ls = float(recipe.get("label_smoothing", 0.0))
+                grp["lr"] = lr = lr_at(run.step, total, recipe) if lr_fn is None else lr_fn(run.step, total)
             opt.zero_grad(set_to_none=True)
             if backward is None:
                 loss = F.cross_entropy(net(x), y, label_smoothing=ls)
@@ -121,28 +102,16 @@ def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
             else:
                 loss = backward(net, x, y, ls)
             opt.step()
-            step += 1
+            step = run.advance()
             if after_step is not None:
                 after_step(step, total, net, lr)
-            lv = loss.item()
-            loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
+            run.record(loss.item(), epoch)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, net)
-        if epoch + 1 in keep:
-            checkpoints[f"epoch{epoch + 1}"] = state_copy(net)
-        if resume is not None:
-            resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": state_copy(net),
-                         "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                         "cuda_rng": torch.cuda.get_rng_state_all() if str(device).startswith("cuda") else None,
-                         "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed,
-                         "elapsed": elapsed_so_far(earlier, t_sitting)})
-    bar.close()
+        run.end_epoch(epoch + 1, keep, lambda: state_copy(net))
+    meta = run.finish()
     net.eval()
-    meta = {"steps": step, "final_train_loss": loss_ema,
-            **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
-    return TrainOutput({"": state_copy(net)}, meta, checkpoints=checkpoints)
+    return TrainOutput({"": state_copy(net)}, meta, checkpoints=run.checkpoints)
 
 
 def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
