@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from advtransfer.data import load_cifar10
     from advtransfer.models.catalogue import get_spec
     from advtransfer.models.loading import whole_test_accuracy
+    from advtransfer.training.context import TrainingContext
     from advtransfer.training.fast import train_fast
 
     names = [v for v in args.only.split(",") if v] or list(VARIANTS)
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(int(base.get("seed", 0)))
         net = ImageClassifier(build_arch("airbench", widths=widths), CIFAR10_MEAN, CIFAR10_STD, channels_last=True)
         t0 = time.perf_counter()
-        train_fast(net, dict(base, **VARIANTS[name]), train, progress=False)
+        train_fast(net, dict(base, **VARIANTS[name]), train, TrainingContext(progress=False))
         secs = time.perf_counter() - t0
         acc = whole_test_accuracy(net.eval())
         if ref is None and name == "full":

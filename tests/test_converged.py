@@ -126,7 +126,7 @@ def test_the_converged_standard_arm_is_the_shipped_resnet_recipe():
 @pytest.mark.slow
 def test_fast_method_learns_and_is_deterministic(test_data):
     from advtransfer.data import load_cifar10
-    from advtransfer.training import train_from_recipe
+    from advtransfer.training import TrainingContext, train_from_recipe
     from advtransfer.training.base import accuracy
 
     train = load_cifar10("train")
@@ -135,25 +135,26 @@ def test_fast_method_learns_and_is_deterministic(test_data):
     tiny = _small_fast_recipe(train_subset=1024, epochs=2, batch_size=128)
     a, b = _small_airbench(), _small_airbench()
     whiten0 = a.net.whiten.weight.detach().clone()
-    train_from_recipe(a, tiny, train, progress=False)
+    train_from_recipe(a, tiny, train, TrainingContext(progress=False))
     # b also keeps the epoch-1 weights (an early-stopped surrogate): the final weights do not change
-    out = train_from_recipe(b, dict(tiny, keep_epochs=[1]), train, progress=False)
+    out = train_from_recipe(b, dict(tiny, keep_epochs=[1]), train, TrainingContext(progress=False))
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
     early = out.checkpoints["epoch1"]
     assert set(early) == set(b.state_dict()) and not torch.equal(early["net.fc.weight"], b.net.fc.weight)
     with pytest.raises(UserError, match=r"keep_epochs \[3\] outside 1..2"):
-        train_from_recipe(_small_airbench(), dict(tiny, keep_epochs=[3]), train, progress=False)
+        train_from_recipe(_small_airbench(), dict(tiny, keep_epochs=[3]), train, TrainingContext(progress=False))
     # the whitening filters come from data and stay frozen; BatchNorm scales stay 1 (only shifts train)
     assert not torch.equal(a.net.whiten.weight, whiten0)
     bn = [m for m in a.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert bn and all(torch.equal(m.weight, torch.ones_like(m.weight)) for m in bn)
     # 4 epochs of 2,000 images (32 steps) learn far beyond chance (10%) on the test images
     net = _small_airbench()
-    train_from_recipe(net, _small_fast_recipe(train_subset=2000, epochs=4, batch_size=250), train, progress=False)
+    train_from_recipe(net, _small_fast_recipe(train_subset=2000, epochs=4, batch_size=250), train,
+                      TrainingContext(progress=False))
     acc = accuracy(net, x, y)
     assert acc > ACC_SMALL, acc
     with pytest.raises(UserError, match="augmentation"):
-        train_from_recipe(_small_airbench(), dict(tiny, augment=["crop"]), train, progress=False)
+        train_from_recipe(_small_airbench(), dict(tiny, augment=["crop"]), train, TrainingContext(progress=False))
 
 
 def _write_catalogue(tmp: Path, name: str, epochs: int) -> Path:

@@ -231,16 +231,17 @@ def test_pgd_example_stays_in_ball_and_raises_the_loss(test_data):
     ("ensemble_at", {"sources": ["src"]}), ("pubdef", {"sources": ["src"], "at_steps": 2}),
 ])
 def test_trained_defences_train_and_change_the_weights(method, extra, train_split):
-    from advtransfer.training import train_from_recipe
+    from advtransfer.training import TrainingContext, train_from_recipe
 
     recipe = _recipe(method, **extra)
+    ctx = TrainingContext(progress=False)
     if "sources" in extra:
         torch.manual_seed(1)
-        recipe["_sources"] = {"src": ImageClassifier(build_arch("tinycnn")).eval()}
+        ctx = TrainingContext(progress=False, sources={"src": ImageClassifier(build_arch("tinycnn")).eval()})
     torch.manual_seed(0)
     net = ImageClassifier(build_arch("tinycnn"))
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    out = train_from_recipe(net, recipe, train_split, progress=False)
+    out = train_from_recipe(net, recipe, train_split, ctx)
     assert out.meta["steps"] == 2 and np.isfinite(out.meta["final_train_loss"])
     assert any(not torch.equal(before[k], v) for k, v in out.states[""].items())
     if method == "pubdef":  # every training image got one source's transfer example
@@ -248,15 +249,15 @@ def test_trained_defences_train_and_change_the_weights(method, extra, train_spli
 
 
 def test_sources_without_the_zoo_get_a_clear_error(train_split):
-    from advtransfer.training import train_from_recipe
+    from advtransfer.training import TrainingContext, train_from_recipe
 
     with pytest.raises(UserError, match="source models were not loaded"):
         train_from_recipe(ImageClassifier(build_arch("tinycnn")), _recipe("pubdef", sources=["x"]), train_split,
-                          progress=False)
+                          TrainingContext(progress=False))
 
 
 def test_dverge_distillation_moves_features_towards_the_target(test_data, train_split):
-    from advtransfer.training import train_from_recipe
+    from advtransfer.training import TrainingContext, train_from_recipe
     from advtransfer.training.dverge import distill
 
     torch.manual_seed(0)
@@ -283,10 +284,10 @@ def test_dverge_distillation_moves_features_towards_the_target(test_data, train_
     assert (xd - xs).abs().max() <= 0.07 + 1e-6
     assert after < 0.9 * before
     # and the ensemble trains with it (round-robin cross-training), recording the layers drawn
-    out = train_from_recipe(net.train(), _recipe("dverge", distill_steps=2, epochs=2), train_split, progress=False)
+    out = train_from_recipe(net.train(), _recipe("dverge", distill_steps=2, epochs=2), train_split, TrainingContext(progress=False))
     assert out.meta["steps"] == 4 and len(out.meta["layers_used"]) == 2
     with pytest.raises(UserError, match="ensemble entry"):
-        train_from_recipe(ImageClassifier(build_arch("tinycnn")), _recipe("dverge"), train_split, progress=False)
+        train_from_recipe(ImageClassifier(build_arch("tinycnn")), _recipe("dverge"), train_split, TrainingContext(progress=False))
 
 
 def test_ensemble_net_averages_member_probabilities():

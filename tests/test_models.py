@@ -43,16 +43,16 @@ def test_build_and_load_leave_the_global_rng_untouched(trained):
 
 def test_training_is_seeded_inside_and_restores_the_callers_rng():
     from advtransfer.data import load_dataset
-    from advtransfer.training import train_from_recipe
+    from advtransfer.training import TrainingContext, train_from_recipe
 
     spec = zoo.get_spec("resnet20_a")
-    recipe = {**spec.resolved_recipe("ci"), "epochs": 1, "train_subset": 128, "batch_size": 64, "_name": "t"}
+    recipe = {**spec.resolved_recipe("ci"), "epochs": 1, "train_subset": 128, "batch_size": 64}
     data = load_dataset("cifar10", "train")
     states = []
     for caller_seed in (1, 2):
         torch.manual_seed(caller_seed)
         before = torch.random.get_rng_state()
-        out = train_from_recipe(spec.build(), recipe, data, "cpu", progress=False)
+        out = train_from_recipe(spec.build(), recipe, data, TrainingContext(name="t", progress=False))
         assert torch.equal(torch.random.get_rng_state(), before)
         states.append(_flat(out.states[""]))
     # the result depends on the recipe's seed only, not on the caller's random state

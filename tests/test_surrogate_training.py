@@ -15,9 +15,13 @@ from advtransfer.models.collections import MemberCollection, build_collection
 from advtransfer.core.errors import UserError
 from advtransfer.models import zoo
 from advtransfer.training.base import accuracy
+from advtransfer.training.context import TrainingContext
 from advtransfer.training.csgld import csgld_lr, cycle_position, sample_steps
 from advtransfer.training.sam import sam_backward
 from conftest import first_train_images
+
+#: a trainer's run-time context for the tests: the CPU, no progress bar, no resume file
+QUIET = TrainingContext(progress=False)
 
 
 @pytest.fixture(scope="session")
@@ -95,13 +99,13 @@ def test_fast_method_takes_sam_steps_with_rho():
     for rho in (None, 0.0, 0.1):
         torch.manual_seed(0)
         net = ImageClassifier(build_arch("tinycnn"))
-        outs[rho] = train_from_recipe(net, {**recipe, **({} if rho is None else {"rho": rho})}, data, progress=False)
+        outs[rho] = train_from_recipe(net, {**recipe, **({} if rho is None else {"rho": rho})}, data, QUIET)
     plain, zero, sam = (outs[k].states[""] for k in (None, 0.0, 0.1))
     assert all(torch.equal(plain[k], zero[k]) for k in plain)
     assert any(not torch.equal(plain[k], sam[k]) for k in plain if plain[k].is_floating_point())
     assert outs[None].meta["surrogate_params"] == {"epochs": 2.0} and outs[0.1].meta["surrogate_params"]["rho"] == 0.1
     with pytest.raises(UserError, match="rho"):
-        train_from_recipe(ImageClassifier(build_arch("tinycnn")), {**recipe, "rho": -0.1}, data, progress=False)
+        train_from_recipe(ImageClassifier(build_arch("tinycnn")), {**recipe, "rho": -0.1}, data, QUIET)
 
 
 def test_sam_entry_trains_and_records_rho(st_models):
@@ -186,7 +190,7 @@ def test_float16_snapshots_round_the_float32_trajectory(tmp_path, method):
     from advtransfer.training.lgv import train_lgv
 
     data = first_train_images(512)
-    common = {"_name": f"{method}_test", "batch_size": 128, "seed": 3, "weight_decay": 5e-4}
+    common = {"batch_size": 128, "seed": 3, "weight_decay": 5e-4}
     if method == "lgv":
         train, names = train_lgv, ["s00", "s01"]
         recipe = {**common, "init_from": "x", "lr": 0.05, "epochs": 1, "snapshots_per_epoch": 2, "momentum": 0.9}
@@ -198,7 +202,7 @@ def test_float16_snapshots_round_the_float32_trajectory(tmp_path, method):
     def run(**extra):
         torch.manual_seed(0)
         net = ImageClassifier(build_arch("tinycnn"))
-        return train(net, {**recipe, **extra}, data, progress=False)
+        return train(net, {**recipe, **extra}, data, TrainingContext(name=f"{method}_test", progress=False))
 
     full, half = run(), run(snapshot_dtype="float16")
     assert list(full.states) == list(half.states) == names
@@ -260,13 +264,13 @@ def test_diagonal_only_swag_keeps_no_deviations_and_the_same_moments():
     from advtransfer.training.swag import train_swag
 
     data = first_train_images(512)
-    recipe = {"_name": "swag_test", "init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
+    recipe = {"init_from": "x", "lr": 0.05, "epochs": 1, "batch_size": 128,
               "collect_per_epoch": 4, "seed": 3, "momentum": 0.9, "weight_decay": 5e-4}
 
     def run(rank: int):
         torch.manual_seed(0)
         net = ImageClassifier(build_arch("tinycnn"))
-        return train_swag(net, {**recipe, "max_rank": rank}, data, progress=False)
+        return train_swag(net, {**recipe, "max_rank": rank}, data, TrainingContext(name="swag_test", progress=False))
 
     diag, low = run(0), run(2)
     assert sorted(diag.states) == ["mean", "sqmean"] and sorted(low.states) == ["dev00", "dev01", "mean", "sqmean"]

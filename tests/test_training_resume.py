@@ -15,11 +15,13 @@ class Cut(Exception):
     """The interruption the test injects at an epoch's start."""
 
 
-def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch):
-    """Train a tinycnn with ``method``; with ``cut_at`` the run stops at the start of that epoch
-    (1-based), as a kill would, after the previous epochs' resume state was written."""
+def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch, resume=None, build=None):
+    """Train a tinycnn (or ``build()``) with ``method``, saving its state to the file ``resume``
+    (None: not resumable); with ``cut_at`` the run stops at the start of that epoch (1-based), as a
+    kill would, after the previous epochs' resume state was written."""
     from advtransfer.models.archs import ImageClassifier, build_arch
-    from advtransfer.training import standard
+    from advtransfer.core import faults
+    from advtransfer.training import TrainingContext
     from advtransfer.training.base import train_from_recipe
 
     seen = []
@@ -30,10 +32,11 @@ def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch):
             if cut_at is not None and len(seen) == cut_at:
                 raise Cut()
 
-    monkeypatch.setattr(standard.faults, "point", point)  # the faults module fast.py calls too
+    monkeypatch.setattr(faults, "point", point)  # where both loops' shared ResumableRun announces each epoch
     torch.manual_seed(0)
-    net = ImageClassifier(build_arch("tinycnn"))
-    return train_from_recipe(net, {**recipe, "method": method.removesuffix("_sam")}, data, progress=False)
+    net = ImageClassifier(build_arch("tinycnn")) if build is None else build()
+    ctx = TrainingContext(name="resume_test", progress=False, resume=resume)
+    return train_from_recipe(net, {**recipe, "method": method.removesuffix("_sam")}, data, ctx)
 
 
 @pytest.mark.parametrize("method", ["csgld", "standard", "sam", "pgd_at", "fast", "fast_sam"])
@@ -43,7 +46,7 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
     the card's meta says where it resumed, and the file is gone only when the zoo writes the card
     (here it stays: fit alone never deletes it)."""
     data = first_train_images(384)
-    recipe = {"_name": "resume_test", "batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3,
+    recipe = {"batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3,
               "lr": 0.1, "momentum": 0.9, "schedule": "onecycle", "augment": ["crop", "flip"]}
     if method == "csgld":  # 2 cycles over 3 epochs: samples in epochs 1-2 (before the cut) and 3
         recipe.update(lr=0.5, momentum=0.0, cycles=2, samples_per_cycle=2, noise_fraction=0.5)
@@ -52,19 +55,18 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
     if method == "pgd_at":  # its random starts come from the data generator, restored with it
         recipe.update(at_eps="8/255", at_steps=2)
     if method.startswith("fast"):  # airbench's loop: its lookahead average (taken at step 5, epoch 2) is restored too
-        recipe = {"_name": "resume_test", "batch_size": 128, "seed": 5, "epochs": 3, "lr": 2.0, "momentum": 0.9,
+        recipe = {"batch_size": 128, "seed": 5, "epochs": 3, "lr": 2.0, "momentum": 0.9,
                   "weight_decay": 0.005, "bias_scaler": 1.0, "label_smoothing": 0.1, "augment": ["flip", "translate"],
                   **({"rho": 0.05} if method == "fast_sam" else {})}
     whole = _train(method, recipe, data, None, monkeypatch)
     path = tmp_path / "zoo" / ".resume" / "resume_test.pt"
-    resumable = {**recipe, "_resume": str(path)}
     with pytest.raises(Cut):
-        _train(method, resumable, data, 3, monkeypatch)
+        _train(method, recipe, data, 3, monkeypatch, path)
     saved = torch.load(path, weights_only=True)
     assert saved["epoch"] == 2 and saved["step"] == 2 * 3  # 384 images at batch 128: 3 steps an epoch
     if method == "csgld":
         assert sorted(saved["extra"]["samples"]) == ["c0s0", "c0s1"]  # the first cycle's, taken before the cut
-    again = _train(method, resumable, data, None, monkeypatch)
+    again = _train(method, recipe, data, None, monkeypatch, path)
     assert list(again.states) == list(whole.states)
     for m in whole.states:
         for k, v in whole.states[m].items():
@@ -78,7 +80,7 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
         assert again.meta["lr_trace"] == whole.meta["lr_trace"]
     # without the cut the run writes the state of its last epoch and restarting it trains nothing
     assert torch.load(path, weights_only=True)["epoch"] == 3
-    third = _train(method, resumable, data, 1, monkeypatch)  # a cut at epoch 1 would fire if it ran one
+    third = _train(method, recipe, data, 1, monkeypatch, path)  # a cut at epoch 1 would fire if it ran one
     assert all(torch.equal(third.states[m][k], v) for m in whole.states for k, v in whole.states[m].items())
 
 
@@ -87,21 +89,73 @@ def test_a_resume_state_from_another_recipe_is_set_aside(tmp_path, monkeypatch, 
     .stale with one line on stderr, and the run starts from the beginning (the uninterrupted
     run's weights); an unreadable file likewise."""
     data = first_train_images(256)
-    recipe = {"_name": "resume_test", "batch_size": 128, "seed": 5, "epochs": 2, "lr": 0.1, "momentum": 0.9}
+    recipe = {"batch_size": 128, "seed": 5, "epochs": 2, "lr": 0.1, "momentum": 0.9}
     path = tmp_path / "r.pt"
     whole = _train("standard", recipe, data, None, monkeypatch)
     with pytest.raises(Cut):
-        _train("standard", {**recipe, "seed": 6, "_resume": str(path)}, data, 2, monkeypatch)
+        _train("standard", {**recipe, "seed": 6}, data, 2, monkeypatch, path)
     for damage in (None, b"not a torch file"):
         if damage:
             path.write_bytes(damage)
         capsys.readouterr()
-        again = _train("standard", {**recipe, "_resume": str(path)}, data, None, monkeypatch)
+        again = _train("standard", recipe, data, None, monkeypatch, path)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "training from the start" in err[0], err
         assert "resumed_at_epochs" not in again.meta
         assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
         assert path.with_suffix(".stale").is_file()
+
+
+#: the recipes of the two loops for the tests below: 384 images at batch 128, 3 steps an epoch
+LOOP_RECIPES = {
+    "standard": {"batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3, "lr": 0.1, "momentum": 0.9},
+    "fast": {"batch_size": 128, "seed": 5, "epochs": 3, "lr": 2.0, "momentum": 0.9, "weight_decay": 0.005,
+             "bias_scaler": 1.0, "label_smoothing": 0.1},
+}
+
+
+def _with_dropout():
+    """A tinycnn whose logits pass through dropout: its masks come from torch's global generator,
+    the one stream neither loop's own generator covers."""
+    from advtransfer.models.archs import ImageClassifier, build_arch
+
+    return ImageClassifier(torch.nn.Sequential(build_arch("tinycnn"), torch.nn.Dropout(0.5)))
+
+
+@pytest.mark.parametrize("method", ["standard", "fast"])
+def test_both_loops_resume_torchs_global_random_stream(tmp_path, monkeypatch, method):
+    """Both loops share one resume protocol (training/resume.py ResumableRun), which saves and
+    restores torch's global generator too: a network drawing from it (dropout) resumes to the
+    uninterrupted run's weights in the fast loop as in the standard one (the fast loop's own
+    protocol of before restored its data generator only)."""
+    data = first_train_images(384)
+    recipe = LOOP_RECIPES[method]
+    whole = _train(method, recipe, data, None, monkeypatch, build=_with_dropout)
+    path = tmp_path / "r.pt"
+    with pytest.raises(Cut):
+        _train(method, recipe, data, 2, monkeypatch, path, build=_with_dropout)
+    assert torch.load(path, weights_only=True)["torch_rng"] is not None
+    again = _train(method, recipe, data, None, monkeypatch, path, build=_with_dropout)
+    assert again.meta["resumed_at_epochs"] == [1]
+    assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
+
+
+def test_a_fast_state_of_the_former_layout_still_resumes(tmp_path, monkeypatch):
+    """A state the fast loop saved before the loops shared one protocol (the lookahead average at
+    the top level, no ``extra``, no torch generator) is still continued, to the same weights: a
+    long run cut off then is not lost."""
+    data = first_train_images(384)
+    recipe = LOOP_RECIPES["fast"]
+    whole = _train("fast", recipe, data, None, monkeypatch)
+    path = tmp_path / "r.pt"
+    with pytest.raises(Cut):
+        _train("fast", recipe, data, 3, monkeypatch, path)
+    state = torch.load(path, weights_only=True)
+    old = {k: v for k, v in state.items() if k not in ("extra", "torch_rng", "cuda_rng")}
+    torch.save({**old, "ahead": state["extra"]["ahead"]}, path)
+    again = _train("fast", recipe, data, None, monkeypatch, path)
+    assert again.meta["resumed_at_epochs"] == [2]
+    assert all(torch.equal(again.states[""][k], v) for k, v in whole.states[""].items())
 
 
 #: a cSGLD entry of seconds (a tiny CNN on 500 images) for the end-to-end kill test

@@ -34,7 +34,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Union
 
 import torch.nn as nn
 
@@ -49,6 +49,11 @@ from .collections import build_collection, build_posterior, is_collection
 from .loading import (FULL_TEST_SIZES, eval_images_label, eval_split, instantiate, load_networks, load_states,
                       whole_test_accuracy)
 from .store import locate, save_states, shipped_hash, shipped_paths, verify_checksum, zoo_paths
+
+if TYPE_CHECKING:
+    from ..data import Split
+    from ..training.base import TrainOutput
+    from ..training.context import TrainingContext
 
 Cache = Union[str, os.PathLike, None]
 Log = Callable[[str], object]
@@ -674,7 +679,6 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     """Train one zoo entry at ``size`` and write its weights and card atomically; returns the card.
     An ``<entry>@epoch<k>`` checkpoint is written by training its entry."""
     from ..data import load_dataset
-    from ..training import train_from_recipe
     from ..training.base import accuracy
 
     size = size or default_size()
@@ -689,10 +693,7 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
             raise UserError(f"{spec.name!r}: entry {base!r} keeps no checkpoint after epoch {epoch}; "
                             f"add {epoch} to its recipe's keep_epochs")
         return card
-    recipe = dict(spec.resolved_recipe(size), _name=spec.name)
-    # a resumable method's state after each epoch (training/resume.py): a run cut off continues
-    resume_file = resume_path(spec, size, cache)
-    recipe["_resume"] = str(resume_file)
+    recipe = dict(spec.resolved_recipe(size))  # only the recipe: the run-time facts go in the TrainingContext
     variant = spec.data_variant(size)
     train = load_dataset(spec.dataset, "train", data_dir)
     if not variant.is_default:  # the declared source, balance, shift and label set
@@ -704,23 +705,8 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
     if recipe.get("init_from"):
         ensure_trained([recipe["init_from"]], size, cache, data_dir, device, progress)
         head_reset = _load_start(net, load_model(recipe["init_from"], size, cache, member=0), spec, recipe["init_from"])
-    from ..core.config import train_threads
-    from ..core.rng import pinned_threads, provenance
-
-    if recipe.get("sources"):  # static source models (ensemble_at, pubdef): trained first, frozen
-        ensure_trained(list(recipe["sources"]), size, cache, data_dir, device, progress)
-        recipe["_sources"] = {s: load_model(s, size, cache, device, member=0) for s in recipe["sources"]}
-    threads = train_threads(recipe)
-    t0 = time.perf_counter()
-    with pinned_threads(threads):
-        out = train_from_recipe(net, recipe, train, device, progress)
-    train_s = time.perf_counter() - t0
-    if out.meta.get("resumed_at_epochs"):  # earlier sittings' epochs count too (None: not recorded by them)
-        train_s += out.meta.get("train_s_earlier") or 0.0
-    made_by = provenance(device, threads)
-    recipe.pop("_name")
-    recipe.pop("_sources", None)
-    recipe.pop("_resume")
+    ctx = _training_context(spec, recipe, size, cache, data_dir, device, progress)
+    out, train_s, made_by = _train_pinned(net, recipe, train, ctx)
     x, y = eval_split(spec.dataset, data_dir, variant)
     images = eval_images_label(x, variant)
     accs = {}
@@ -754,8 +740,42 @@ def train_spec(spec: ModelSpec, size: str | None = None, cache: str | os.PathLik
                      **({"init_from": recipe["init_from"], "head_reinitialised": head_reset}
                         if recipe.get("init_from") else {}))
     write_card(card, cache)
-    resume_file.unlink(missing_ok=True)  # the model is complete: its resume state has served
+    ctx.resume.unlink(missing_ok=True)  # the model is complete: its resume state has served
     return card
+
+
+def _training_context(spec: ModelSpec, recipe: dict, size: str, cache: Cache, data_dir: str | os.PathLike | None,
+                      device: str, progress: bool) -> TrainingContext:
+    """The run-time side of training ``spec`` at ``size`` (made here once, never put in the recipe):
+    its name, device, progress flag, the resume file a resumable method saves to after every epoch
+    (:func:`resume_path`: a run cut off continues) and the recipe's static ``sources`` (ensemble_at,
+    pubdef), trained first if needed and loaded frozen on ``device``."""
+    from ..training.context import TrainingContext
+
+    sources = {}
+    if recipe.get("sources"):
+        ensure_trained(list(recipe["sources"]), size, cache, data_dir, device, progress)
+        sources = {s: load_model(s, size, cache, device, member=0) for s in recipe["sources"]}
+    return TrainingContext(name=spec.name, device=device, progress=progress, resume=resume_path(spec, size, cache),
+                           sources=sources)
+
+
+def _train_pinned(net: nn.Module, recipe: dict, train: Split, ctx: TrainingContext
+                  ) -> tuple[TrainOutput, float, dict]:
+    """Train ``net`` on ``train`` with the recipe's pinned thread count; returns the output, the
+    training seconds (every sitting of a resumed run that recorded its time) and the provenance."""
+    from ..core.config import train_threads
+    from ..core.rng import pinned_threads, provenance
+    from ..training import train_from_recipe
+
+    threads = train_threads(recipe)
+    t0 = time.perf_counter()
+    with pinned_threads(threads):
+        out = train_from_recipe(net, recipe, train, ctx)
+    train_s = time.perf_counter() - t0
+    if out.meta.get("resumed_at_epochs"):  # earlier sittings' epochs count too (None: not recorded by them)
+        train_s += out.meta.get("train_s_earlier") or 0.0
+    return out, train_s, provenance(ctx.device, threads)
 
 
 def _load_start(net: nn.Module, start: nn.Module, spec: ModelSpec, source: str) -> list[str]:

@@ -13,6 +13,7 @@ from ..data import Split
 from ..core.errors import UserError
 from ..core.registry import Registry
 from ..core.rng import seeded
+from .context import TrainingContext
 
 
 @dataclass
@@ -31,7 +32,9 @@ class TrainOutput:
     checkpoints: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
-Trainer = Callable[[nn.Module, dict, Split, str, bool], TrainOutput]
+#: ``fn(net, recipe, data, ctx) -> TrainOutput``: the recipe is only the hashed recipe; the run's
+#: name, device, progress flag, resume file and loaded sources come in ``ctx``
+Trainer = Callable[[nn.Module, dict, Split, TrainingContext], TrainOutput]
 TRAINERS: Registry[Trainer] = Registry("training method")
 
 
@@ -146,15 +149,23 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     return float((pred == y).sum()) / len(x)
 
 
-def train_from_recipe(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                      progress: bool = True) -> TrainOutput:
-    """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``). Runs with
-    torch's global RNG seeded to the recipe's ``seed`` and restores the caller's state afterwards
-    (see :func:`advtransfer.core.rng.seeded`)."""
+def train_from_recipe(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext | None = None
+                      ) -> TrainOutput:
+    """Dispatch to the trainer named by ``recipe['method']`` (default ``standard``) with the run's
+    context ``ctx`` (default: :class:`~.context.TrainingContext` on the CPU, with progress, no
+    resume file, no sources). Runs with torch's global RNG seeded to the recipe's ``seed`` and
+    restores the caller's state afterwards (see :func:`advtransfer.core.rng.seeded`)."""
+    ctx = TrainingContext() if ctx is None else ctx
+    if not isinstance(ctx, TrainingContext):
+        raise TypeError(f"train_from_recipe takes a TrainingContext (device and progress are its fields), "
+                        f"got {type(ctx).__name__}")
+    bad = sorted(k for k in recipe if str(k).startswith("_"))
+    if bad:  # the run-time facts that rode in the recipe before the context existed
+        raise TypeError(f"recipe keys {bad}: a recipe holds no run-time state; pass it in the TrainingContext")
     method = recipe.get("method", "standard")
     trainer = TRAINERS.get(method)
-    with seeded(int(recipe.get("seed", 0)), device):
-        return trainer(net, recipe, data, device, progress)
+    with seeded(int(recipe.get("seed", 0)), ctx.device):
+        return trainer(net, recipe, data, ctx)
 
 
 def classifier_head(net: nn.Module) -> nn.Linear:

@@ -17,6 +17,7 @@ import torch.nn as nn
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, training_subset, register_method
+from .context import TrainingContext
 from .resume import ResumeHooks
 from .standard import fit, snapshot_dtype, stored_copy
 
@@ -48,8 +49,7 @@ def sample_steps(total: int, cycles: int, per_cycle: int, noise_fraction: float)
 
 
 @register_method("csgld", version=1)
-def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                progress: bool = True) -> TrainOutput:
+def train_csgld(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Recipe: ``lr`` (lr_max), ``epochs`` (total), ``cycles``, ``samples_per_cycle``,
     ``noise_fraction`` (default 0.2), ``temperature`` (default 1), ``momentum`` should be 0.
     ``snapshot_dtype: float16`` keeps the samples in half precision, as LGV's recipe does (the
@@ -60,7 +60,7 @@ def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     temp = float(recipe.get("temperature", 1.0))
     if cycles < 1 or per < 1 or not 0 < frac <= 1:
         raise UserError("cSGLD needs cycles ≥ 1, samples_per_cycle ≥ 1 and 0 < noise_fraction ≤ 1")
-    dtype = snapshot_dtype(recipe, "cSGLD")
+    dtype = snapshot_dtype(recipe, "cSGLD", ctx.name)
     lr_max = float(recipe["lr"])
     n_train = len(training_subset(data, recipe))
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)) + 7919)
@@ -93,7 +93,7 @@ def train_csgld(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         samples.clear(), samples.update(state["samples"])
         lrs[:] = state["lrs"]
 
-    out = fit(net, recipe, data, device, progress, lr_fn=lr_fn, after_step=after_step,
+    out = fit(net, recipe, data, ctx, lr_fn=lr_fn, after_step=after_step,
               resume_hooks=ResumeHooks(get_state, set_state))
     meta = {**out.meta, "lr_trace": [round(v, 6) for v in lrs[:: max(1, len(lrs) // 200)]],
             "surrogate_params": {"K": len(samples), "cycles": cycles, "samples_per_cycle": per,

@@ -25,6 +25,7 @@ from ..data import Split
 from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .standard import fit
 
 
@@ -66,8 +67,7 @@ def distill(member: nn.Module, layer: nn.Module, norm, x_s: torch.Tensor, x_t: t
 
 
 @register_method("dverge", version=1)
-def train_dverge(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                 progress: bool = True) -> TrainOutput:
+def train_dverge(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """DVERGE on an ensemble entry: ``distill_eps`` (0.07), ``distill_alpha`` (0.007),
     ``distill_steps`` (10), ``distill_layer`` (a block index to fix it; default: drawn per epoch)."""
     from ..attacks.features import candidate_layers
@@ -113,7 +113,7 @@ def train_dverge(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     def on_epoch_end(epoch: int, _net: nn.Module) -> None:
         pick_layer()
 
-    out = fit(net, recipe, data, device, progress, backward=backward, on_epoch_end=on_epoch_end)
+    out = fit(net, recipe, data, ctx, backward=backward, on_epoch_end=on_epoch_end)
     out.meta.update(distill_eps=eps, distill_alpha=alpha, distill_steps=steps, layers_used=layers_used[:-1])
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "distill_eps": eps, "members": len(members)}
     return out

@@ -11,30 +11,31 @@ from ..data import Split
 from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .standard import fgsm_rs_example, fit
 
 
-def static_sources(recipe: dict) -> dict[str, nn.Module]:
-    """The recipe's ``sources`` as loaded, frozen modules (the zoo puts them in ``_sources``)."""
+def static_sources(recipe: dict, ctx: TrainingContext) -> dict[str, nn.Module]:
+    """The recipe's ``sources`` as loaded, frozen modules (the zoo loads them into
+    ``ctx.sources``), in the recipe's order."""
     names = recipe.get("sources")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise UserError(f"{recipe.get('_name', 'recipe')}: sources must be a non-empty list of zoo model names")
-    mods = recipe.get("_sources")
-    if mods is None:
-        raise UserError(f"{recipe.get('_name', 'recipe')}: the source models were not loaded; train it through "
+        raise UserError(f"{ctx.name}: sources must be a non-empty list of zoo model names")
+    missing = [n for n in names if n not in ctx.sources]
+    if missing:
+        raise UserError(f"{ctx.name}: the source models {missing} were not loaded; train it through "
                         f"the zoo (`advtransfer zoo train`)")
-    return mods
+    return {n: ctx.sources[n] for n in names}
 
 
 @register_method("ensemble_at", version=1)
-def train_ensemble_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                      progress: bool = True) -> TrainOutput:
+def train_ensemble_at(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Ensemble adversarial training. Per batch, the source of the adversarial examples rotates
     over [the model itself, *sources]; half the batch (``adv_fraction``, 0.5) is replaced by
     FGSM-with-random-start examples (``at_eps`` 8/255, ``at_alpha`` 1.25ε) of that source, and the
     loss weighs them by λ (``adv_weight``, 0.3): L = (Σ_clean CE + λ Σ_adv CE) / (m − k + λk), the
     loss of Kurakin et al. (2017) that Tramèr et al. train with."""
-    sources = static_sources(recipe)
+    sources = static_sources(recipe, ctx)
     eps = parse_fraction(recipe.get("at_eps", "8/255"))
     alpha = parse_fraction(recipe.get("at_alpha", 1.25 * eps))
     frac = float(recipe.get("adv_fraction", 0.5))
@@ -57,7 +58,7 @@ def train_ensemble_at(net: nn.Module, recipe: dict, data: Split, device: str = "
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, device, progress, backward=backward)
+    out = fit(net, recipe, data, ctx, backward=backward)
     out.meta.update(at_eps=eps, at_alpha=alpha, adv_fraction=frac, adv_weight=lam)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "sources": list(sources)}
     return out

@@ -39,25 +39,25 @@ that averages over flips and shifts is a defence and would have to be declared o
 data loader's order of random draws (ours come from one generator seeded by the recipe's
 ``seed``, so the same recipe gives the same weights on any machine with the same thread count).
 
-Resumable (:mod:`advtransfer.training.resume`): after every epoch the run saves the network, the
-optimiser, the generator, the lookahead average, the counters and the kept checkpoints; the zoo's
-next ``train`` of the same entry continues from there to the uninterrupted run's weights (tested).
+Resumable (:class:`~advtransfer.training.resume.ResumableRun`, the protocol the standard loop uses
+too): after every epoch the run saves the network, the optimiser, the generator, torch's global
+generator, the lookahead average (the method's own state), the counters and the kept checkpoints;
+the zoo's next ``train`` of the same entry continues from there to the uninterrupted run's weights
+(tested).
 """
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from ..core import faults
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, register_method, training_subset
-from .resume import ResumeFile, continue_from, elapsed_so_far
+from .context import TrainingContext
+from .resume import ResumableRun, ResumeHooks
 from .sam import sam_backward
 
 _WHITEN_IMAGES = 5000
@@ -114,17 +114,24 @@ def _param_groups(net: nn.Module, lr: float, wd: float, bias_scaler: float) -> l
             dict(params=other, lr=lr, weight_decay=wd / lr, base_lr=lr)]
 
 
-@register_method("fast", version=1)
-def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-               progress: bool = True) -> TrainOutput:
-    """Train ``net`` (an ImageClassifier: pixels in [0,1], N×3×32×32) with airbench's techniques
-    (see the module docstring for each recipe key and its default)."""
-    gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
-    idx = training_subset(data, recipe)
+def _schedule(recipe: dict, n: int) -> tuple[int, float, int, int, set[int]]:
+    """The recipe's batch size, epochs (may be fractional), steps per epoch (full batches of the
+    ``n`` images), total optimiser steps and the epochs whose weights are kept."""
     bs = int(recipe.get("batch_size", 1024))
     epochs = float(recipe["epochs"])
-    momentum = float(recipe.get("momentum", 0.85))
-    ls = float(recipe.get("label_smoothing", 0.2))
+    per_epoch = n // bs
+    if per_epoch < 1 or epochs <= 0:
+        raise UserError(f"method fast: {n} images make no full batch of {bs} (or epochs <= 0)")
+    keep = {int(e) for e in recipe.get("keep_epochs", [])}
+    bad = sorted(e for e in keep if not 1 <= e <= math.floor(epochs))
+    if bad:
+        raise UserError(f"keep_epochs {bad} outside 1..{math.floor(epochs)} (the recipe's whole epochs)")
+    return bs, epochs, per_epoch, math.ceil(per_epoch * epochs), keep
+
+
+def _augmentation(recipe: dict) -> tuple[list[str], str, int]:
+    """The recipe's augmentations, flip mode (``alternate`` or ``random``) and translation radius
+    (pixels; 0 without ``translate``)."""
     aug = list(recipe.get("augment", ["flip", "translate"]))
     unknown = set(aug) - {"flip", "translate"}
     if unknown:
@@ -132,26 +139,62 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     flip_mode = recipe.get("flip", "alternate")
     if flip_mode not in ("alternate", "random"):
         raise UserError(f"method fast: flip must be alternate or random, got {flip_mode!r}")
-    r = int(recipe.get("translate", 2)) if "translate" in aug else 0
-    steps_per_epoch = len(idx) // bs
-    if steps_per_epoch < 1 or epochs <= 0:
-        raise UserError(f"method fast: {len(idx)} images make no full batch of {bs} (or epochs <= 0)")
-    total = math.ceil(steps_per_epoch * epochs)
-    keep = {int(e) for e in recipe.get("keep_epochs", [])}
-    bad = sorted(e for e in keep if not 1 <= e <= math.floor(epochs))
-    if bad:
-        raise UserError(f"keep_epochs {bad} outside 1..{math.floor(epochs)} (the recipe's whole epochs)")
-    checkpoints: dict[str, dict[str, torch.Tensor]] = {}
+    return aug, flip_mode, int(recipe.get("translate", 2)) if "translate" in aug else 0
 
-    inner = getattr(net, "net", net)
-    whiten = hasattr(inner, "init_whitening") and bool(recipe.get("whiten", True))
-    if hasattr(inner, "init_whitening") and not whiten:  # ablation: a trained first layer from its random init
-        inner.whiten.weight.requires_grad_(True)
+
+def _optimizer(net: nn.Module, recipe: dict, bs: int) -> torch.optim.SGD:
+    """Nesterov SGD with airbench's decoupled ``lr`` and ``weight_decay`` (per 1,024 examples) and
+    its BatchNorm-bias groups; every group keeps its unscheduled lr as ``base_lr``."""
+    momentum = float(recipe.get("momentum", 0.85))
     kilostep = 1024 * (1 + 1 / (1 - momentum))
     lr = float(recipe.get("lr", 11.5)) / kilostep
     wd = float(recipe.get("weight_decay", 0.0153)) * bs / kilostep
     groups = _param_groups(net, lr, wd, float(recipe.get("bias_scaler", 64.0)))
-    opt = torch.optim.SGD(groups, momentum=momentum, nesterov=True)
+    return torch.optim.SGD(groups, momentum=momentum, nesterov=True)
+
+
+def _epoch_images(x_all: torch.Tensor, padded: torch.Tensor | None, r: int, aug: list[str], flip_mode: str,
+                  epoch: int, gen: torch.Generator) -> torch.Tensor:
+    """Epoch ``epoch``'s (0-based) augmented copy of the training images (N×C×H×W in [0,1]):
+    translated by up to ``r`` pixels, mirrored every odd epoch (``alternate``) or per image."""
+    images = _translate(padded, x_all.shape[-1], r, gen) if r else x_all
+    if "flip" in aug:
+        if flip_mode == "alternate":
+            images = images.flip(3) if epoch % 2 == 1 else images
+        else:
+            f = torch.rand(len(images), generator=gen) < 0.5
+            images = torch.where(f.view(-1, 1, 1, 1), images.flip(3), images)
+    return images
+
+
+def _lookahead_hooks(ahead: "_Lookahead | None", device: str) -> ResumeHooks:
+    """The fast loop's own state for a resume: the lookahead average (None without lookahead)."""
+
+    def get() -> dict:
+        return {"ahead": _copy(ahead.avg) if ahead is not None else None}
+
+    def set_(state: dict) -> None:
+        if ahead is not None:
+            ahead.avg = {k: v.to(device) for k, v in state["ahead"].items()}
+
+    return ResumeHooks(get, set_)
+
+
+@register_method("fast", version=1)
+def train_fast(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
+    """Train ``net`` (an ImageClassifier: pixels in [0,1], N×3×32×32) on ``ctx.device`` with
+    airbench's techniques (see the module docstring for each recipe key and its default)."""
+    device = ctx.device
+    gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
+    idx = training_subset(data, recipe)
+    bs, epochs, steps_per_epoch, total, keep = _schedule(recipe, len(idx))
+    ls = float(recipe.get("label_smoothing", 0.2))
+    aug, flip_mode, r = _augmentation(recipe)
+    inner = getattr(net, "net", net)
+    whiten = hasattr(inner, "init_whitening") and bool(recipe.get("whiten", True))
+    if hasattr(inner, "init_whitening") and not whiten:  # ablation: a trained first layer from its random init
+        inner.whiten.weight.requires_grad_(True)
+    opt = _optimizer(net, recipe, bs)
     warmup, lr_end = float(recipe.get("warmup", 0.23)), float(recipe.get("lr_end", 0.07))
     rho = float(recipe.get("rho", 0.0))
     if rho < 0:
@@ -160,8 +203,7 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
 
     x_all, y_all, _ = data.tensors(idx)  # pixels in [0,1]; the model normalises inside
     if whiten:
-        z = (x_all[:_WHITEN_IMAGES] - net.mean) / net.std
-        inner.init_whitening(z)
+        inner.init_whitening((x_all[:_WHITEN_IMAGES] - net.mean) / net.std)
     whiten_bias_epochs = int(recipe.get("whiten_bias_epochs", 3))
     if "flip" in aug:  # one random flip per image, then the whole set mirrored every other epoch
         flip = torch.rand(len(x_all), generator=gen) < 0.5
@@ -171,36 +213,17 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     net.to(device).train()
     ahead = _Lookahead(net) if recipe.get("lookahead", True) else None
     alphas = 0.95 ** 5 * (torch.arange(total + 1) / total) ** 3
-    step, loss_ema, start, resumed, earlier, t_sitting = 0, None, 0, [], 0.0, time.perf_counter()
-    resume = ResumeFile(recipe["_resume"], recipe) if recipe.get("_resume") else None
-    saved = resume.load() if resume is not None else None
-    if saved is not None:  # the state after epoch `start`; the draws above were replayed and are overwritten here
-        net.load_state_dict(saved["net"])
-        opt.load_state_dict(saved["opt"])
-        gen.set_state(saved["gen"])
-        if ahead is not None:
-            ahead.avg = {k: v.to(device) for k, v in saved["ahead"].items()}
-        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"),
-                                                                   math.ceil(epochs))
-        earlier = saved.get("elapsed")
-    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
-               leave=False, mininterval=1.0)
-    for epoch in range(start, math.ceil(epochs)):
-        faults.point("epoch_start")
+    # a resumed run restores here: the draws above were replayed and are overwritten
+    run = ResumableRun(ctx, recipe, net, opt, gen, math.ceil(epochs), total, _lookahead_hooks(ahead, device))
+    for epoch in run.epochs_left():
         if whiten:
             inner.whiten.bias.requires_grad_(epoch < whiten_bias_epochs)
-        images = _translate(padded, x_all.shape[-1], r, gen) if r else x_all
-        if "flip" in aug:
-            if flip_mode == "alternate":
-                images = images.flip(3) if epoch % 2 == 1 else images
-            else:
-                f = torch.rand(len(images), generator=gen) < 0.5
-                images = torch.where(f.view(-1, 1, 1, 1), images.flip(3), images)
+        images = _epoch_images(x_all, padded, r, aug, flip_mode, epoch, gen)
         perm = torch.randperm(len(images), generator=gen)
         for i in range(steps_per_epoch):
             b = perm[i * bs:(i + 1) * bs]
             x, y = images[b].to(device), y_all[b].to(device)
-            factor = _lr_factor(step, total, warmup, lr_end)
+            factor = _lr_factor(run.step, total, warmup, lr_end)
             for grp in opt.param_groups:
                 grp["lr"] = grp["base_lr"] * factor
             opt.zero_grad(set_to_none=True)
@@ -210,33 +233,22 @@ def train_fast(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             else:
                 loss = sam(net, x, y, ls)
             opt.step()
-            step += 1
+            step = run.advance()
             if ahead is not None and step % _LOOKAHEAD_EVERY == 0:
                 ahead.update(net, float(alphas[step]))
-            lv = loss.item() / len(b)
-            loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
+            run.record(loss.item() / len(b), epoch)
             if step >= total:
                 break
-        if epoch + 1 in keep:  # the weights stopping here would give: lookahead's average, not the fast weights
-            checkpoints[f"epoch{epoch + 1}"] = _stopped_state(net, ahead)
-        if resume is not None:
-            resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": _copy(net.state_dict()),
-                         "opt": opt.state_dict(), "gen": gen.get_state(),
-                         "ahead": _copy(ahead.avg) if ahead is not None else None,
-                         "checkpoints": checkpoints, "resumed": resumed, "elapsed": elapsed_so_far(earlier, t_sitting)})
-        if step >= total:
+        # the weights stopping here would give: lookahead's average, not the fast weights
+        run.end_epoch(epoch + 1, keep, lambda: _stopped_state(net, ahead))
+        if run.step >= total:
             break
     if ahead is not None:
         ahead.update(net, 1.0)
-    bar.close()
+    meta = run.finish()
     net.eval()
-    state = _copy(net.state_dict())
     params = {"epochs": epochs, **({"rho": rho} if rho > 0 else {})}
-    meta = {"steps": step, "final_train_loss": loss_ema, "surrogate_params": params,
-            **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
-    return TrainOutput({"": state}, meta, checkpoints=checkpoints)
+    return TrainOutput({"": _copy(net.state_dict())}, {**meta, "surrogate_params": params}, checkpoints=run.checkpoints)
 
 
 def _copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -10,6 +10,7 @@ import torch.nn as nn
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .standard import fit, snapshot_dtype, stored_copy
 
 
@@ -20,8 +21,7 @@ def snapshot_steps(total: int, k: int) -> list[int]:
 
 
 @register_method("lgv", version=1)
-def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-              progress: bool = True) -> TrainOutput:
+def train_lgv(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Constant learning rate ``lr`` (about 4× the usual final rate) for ``epochs`` epochs from the
     ``init_from`` weights, ``snapshots_per_epoch`` copies per epoch (members ``s00``, ``s01``, ...).
 
@@ -31,10 +31,10 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     The rounding moves each weight by at most 2^-11 of itself; the training trajectory is the
     float32 one (only the copies are rounded). Default ``float32``, the authors' format."""
     if not recipe.get("init_from"):
-        raise UserError(f"LGV recipe of {recipe.get('_name', '?')!r} needs init_from: a trained zoo entry to start from")
+        raise UserError(f"LGV recipe of {ctx.name!r} needs init_from: a trained zoo entry to start from")
     epochs = int(recipe["epochs"])
     k = epochs * int(recipe.get("snapshots_per_epoch", 4))
-    dtype = snapshot_dtype(recipe, "LGV")
+    dtype = snapshot_dtype(recipe, "LGV", ctx.name)
     snaps: dict = {}
     marks: list[int] = []
 
@@ -44,7 +44,7 @@ def train_lgv(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         if step in marks:
             snaps[f"s{len(snaps):02d}"] = stored_copy(net, dtype)
 
-    out = fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
+    out = fit(net, {**recipe, "schedule": "constant"}, data, ctx, after_step=after_step)
     meta = {**out.meta, "surrogate_params": {"K": len(snaps), "lr": float(recipe["lr"]), "epochs": epochs,
                                              "init_from": recipe["init_from"],
                                              **({"snapshot_dtype": "float16"} if dtype is not None else {})}}

@@ -12,6 +12,7 @@ from ..data import Split
 from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .resume import STATELESS
 from .standard import fit
 
@@ -55,8 +56,7 @@ def pgd_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, 
 
 
 @register_method("pgd_at", version=1)
-def train_pgd_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                 progress: bool = True) -> TrainOutput:
+def train_pgd_at(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """PGD adversarial training: ``at_eps`` (8/255), ``at_steps`` (Madry et al.: 7 on CIFAR-10),
     ``at_alpha`` (2.5ε/steps); every training batch is replaced by its PGD examples."""
     eps, alpha, steps = at_params(recipe, 7)
@@ -64,7 +64,7 @@ def train_pgd_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
     def make_batch(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return pgd_example(net, x, y, eps, alpha, steps, gen)
 
-    out = fit(net, recipe, data, device, progress, make_batch=make_batch, resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, make_batch=make_batch, resume_hooks=STATELESS)
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "at_steps": steps}
     return out

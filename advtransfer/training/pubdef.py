@@ -22,17 +22,17 @@ from ..data import Split
 from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .ensemble_at import static_sources
 from .pgd_at import pgd_example
 from .standard import fit
 
 
 @register_method("pubdef", version=1)
-def train_pubdef(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                 progress: bool = True) -> TrainOutput:
+def train_pubdef(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """PubDef against ``sources`` (zoo names): ``at_eps`` (8/255), ``at_steps`` (10),
     ``at_alpha`` (authors: max(0.001, ε/4/(steps/10))), ``clean_weight`` and ``adv_weight`` (1, 1)."""
-    sources = list(static_sources(recipe).values())
+    sources = list(static_sources(recipe, ctx).values())
     eps = parse_fraction(recipe.get("at_eps", "8/255"))
     steps = recipe.get("at_steps", 10)
     if not isinstance(steps, int) or steps < 1:
@@ -59,8 +59,8 @@ def train_pubdef(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, device, progress, backward=backward)
-    names = list(static_sources(recipe))
+    out = fit(net, recipe, data, ctx, backward=backward)
+    names = list(static_sources(recipe, ctx))
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps, clean_weight=w0, adv_weight=w1,
                     source_counts=dict(zip(names, counts)))
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "sources": names}

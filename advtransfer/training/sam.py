@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .resume import STATELESS
 from .standard import fit
 
@@ -53,15 +54,14 @@ def sam_backward(rho: float, reduction: str = "mean"):
 
 
 @register_method("sam", version=1)
-def train_sam(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-              progress: bool = True) -> TrainOutput:
+def train_sam(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """SAM with radius ``rho`` (recipe key; 0.05 usual, ≥ 0.1 "large"), otherwise the recipe's
     SGD loop; ``keep_epochs`` works as for ``standard``."""
     if "rho" not in recipe:
-        raise UserError(f"SAM recipe of {recipe.get('_name', '?')!r} needs rho (e.g. 0.05, or 0.5 for large-rho SAM)")
+        raise UserError(f"SAM recipe of {ctx.name!r} needs rho (e.g. 0.05, or 0.5 for large-rho SAM)")
     rho = float(recipe["rho"])
     if rho < 0:
         raise UserError(f"SAM rho must be non-negative, got {rho}")
-    out = fit(net, recipe, data, device, progress, backward=sam_backward(rho), resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, backward=sam_backward(rho), resume_hooks=STATELESS)
     out.meta["surrogate_params"] = {"rho": rho, "epochs": int(recipe["epochs"])}
     return out

@@ -20,6 +20,7 @@ import torch.nn as nn
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, classifier_head, register_method
+from .context import TrainingContext
 from .standard import fit
 
 _EPS = 1e-6
@@ -36,12 +37,11 @@ def information_maximisation(logits: torch.Tensor) -> torch.Tensor:
 
 
 @register_method("shot_im", version=1)
-def train_shot_im(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                  progress: bool = True) -> TrainOutput:
+def train_shot_im(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Adapt the ``init_from`` model to the recipe's (unlabelled) data: the head frozen, the
     feature extractor (BatchNorm statistics included) trained on SHOT-IM's loss."""
     if not recipe.get("init_from"):
-        raise UserError(f"shot_im recipe of {recipe.get('_name', '?')!r} needs init_from: the source model to adapt")
+        raise UserError(f"shot_im recipe of {ctx.name!r} needs init_from: the source model to adapt")
     for p in classifier_head(net).parameters():
         p.requires_grad_(False)
 
@@ -50,7 +50,7 @@ def train_shot_im(net: nn.Module, recipe: dict, data: Split, device: str = "cpu"
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, device, progress, backward=backward)
+    out = fit(net, recipe, data, ctx, backward=backward)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "init_from": recipe["init_from"],
                                     "adaptation": "shot_im"}
     return out

@@ -1,21 +1,18 @@
 """Standard SGD training and FGSM adversarial training with random start (Wong et al., 2020)."""
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from ..core import faults
 from ..data import Split
 from ..core.errors import UserError
 from ..core.rng import seeded
 from ..core.utils import parse_fraction
 from .base import (TrainOutput, batches, classifier_head, freeze, lr_at, make_optimizer, steps_per_epoch,
                    register_method, training_subset)
-from .resume import STATELESS, ResumeFile, ResumeHooks, continue_from, elapsed_so_far
+from .context import TrainingContext
+from .resume import STATELESS, ResumableRun, ResumeHooks
 
 
 def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
@@ -30,10 +27,11 @@ def fgsm_rs_example(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: flo
     return (x + delta).clamp(0, 1).detach()
 
 
-def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
+def fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
         make_batch=None, on_epoch_end=None, backward=None, lr_fn=None, after_step=None,
         resume_hooks: ResumeHooks | None = None) -> TrainOutput:
-    """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar.
+    """The SGD loop shared by recipes: per-step learning-rate schedule, augmentation, progress bar
+    (``ctx.progress``), on ``ctx.device``.
 
     ``make_batch(x, y, gen)`` may replace the clean batch (adversarial training);
     ``on_epoch_end(epoch, net)`` may record checkpoints; ``backward(net, x, y, label_smoothing)``
@@ -47,18 +45,30 @@ def fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     Torch's global RNG (dropout, ...) is seeded to the recipe's ``seed`` inside and the caller's
     state is restored afterwards.
 
-    Resumable (:mod:`advtransfer.training.resume`): with ``resume_hooks`` (the method's own state;
-    :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none) and the zoo's
-    ``recipe["_resume"]`` path, the loop's state is saved after every epoch and a run finding that
+    Resumable (:class:`~advtransfer.training.resume.ResumableRun`): with ``resume_hooks`` (the
+    method's own state; :data:`~advtransfer.training.resume.STATELESS` when its hooks keep none)
+    and a ``ctx.resume`` path, the loop's state is saved after every epoch and a run finding that
     file continues from it, to the same weights an uninterrupted run gives.
     """
-    with seeded(int(recipe.get("seed", 0)), device):
-        return _fit(net, recipe, data, device, progress, make_batch, on_epoch_end, backward, lr_fn, after_step,
-                    resume_hooks)
+    with seeded(int(recipe.get("seed", 0)), ctx.device):
+        return _fit(net, recipe, data, ctx, make_batch, on_epoch_end, backward, lr_fn, after_step, resume_hooks)
 
 
-def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
+def _fine_tuned_params(net: nn.Module, recipe: dict) -> list[nn.Parameter]:
+    """The parameters the recipe's ``finetune`` mode trains (``linear``: freezes all but the head)."""
+    mode = recipe.get("finetune", "full")
+    if mode not in ("full", "linear"):
+        raise UserError(f"finetune must be full (every weight trains) or linear (the head only), got {mode!r}")
+    if mode == "linear":
+        if not recipe.get("init_from"):
+            raise UserError("finetune: linear trains the head on frozen features; it needs init_from")
+        freeze(net, classifier_head(net))
+    return [p for p in net.parameters() if p.requires_grad]
+
+
+def _fit(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext,
          make_batch, on_epoch_end, backward, lr_fn, after_step, resume_hooks) -> TrainOutput:
+    device = ctx.device
     gen = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     idx = training_subset(data, recipe)
     bs = int(recipe.get("batch_size", 128))
@@ -67,41 +77,16 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
     noise = float(recipe.get("noise_sigma", 0.0))
     if noise < 0:
         raise UserError(f"noise_sigma must be >= 0, got {noise}")
-    mode = recipe.get("finetune", "full")
-    if mode not in ("full", "linear"):
-        raise UserError(f"finetune must be full (every weight trains) or linear (the head only), got {mode!r}")
-    if mode == "linear":
-        if not recipe.get("init_from"):
-            raise UserError("finetune: linear trains the head on frozen features; it needs init_from")
-        freeze(net, classifier_head(net))
-    opt = make_optimizer([p for p in net.parameters() if p.requires_grad], recipe)
+    opt = make_optimizer(_fine_tuned_params(net, recipe), recipe)
     total = epochs * steps_per_epoch(len(idx), bs)
-    step = 0
     net.to(device).train()
-    loss_ema = None
     keep = {int(e) for e in recipe.get("keep_epochs", [])}
     bad = sorted(e for e in keep if not 1 <= e <= epochs)
     if bad:
         raise UserError(f"keep_epochs {bad} outside 1..{epochs} (the recipe's epochs)")
-    checkpoints: dict[str, dict[str, torch.Tensor]] = {}
-    resume = ResumeFile(recipe["_resume"], recipe) if resume_hooks is not None and recipe.get("_resume") else None
-    saved = resume.load() if resume is not None else None
-    start, resumed, earlier, t_sitting = 0, [], 0.0, time.perf_counter()
-    if saved is not None:  # the state after epoch `start`: every draw from here on is the uninterrupted run's
-        net.load_state_dict(saved["net"])
-        opt.load_state_dict(saved["opt"])
-        gen.set_state(saved["gen"])
-        torch.set_rng_state(saved["torch_rng"])
-        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
-        resume_hooks.set(saved["extra"])
-        start, step, loss_ema, checkpoints, resumed = continue_from(saved, recipe.get("_name", "training"), epochs)
-        earlier = saved.get("elapsed")
-    # created after a resume so that its rate and time left count this run's steps only
-    bar = tqdm(total=total, initial=step, desc=recipe.get("_name", "train"), unit="step", disable=not progress,
-               leave=False, mininterval=1.0)
-    for epoch in range(start, epochs):
-        faults.point("epoch_start")
+    ls = float(recipe.get("label_smoothing", 0.0))
+    run = ResumableRun(ctx, recipe, net, opt, gen, epochs, total, resume_hooks)
+    for epoch in run.epochs_left():
         for x, y in batches(data, idx, bs, gen, aug):
             x, y = x.to(device), y.to(device)
             if make_batch is not None:
@@ -109,8 +94,7 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             if noise:
                 x = x + noise * torch.randn(x.shape, generator=gen).to(x.device)
             for grp in opt.param_groups:
-                grp["lr"] = lr = lr_at(step, total, recipe) if lr_fn is None else lr_fn(step, total)
-            ls = float(recipe.get("label_smoothing", 0.0))
+                grp["lr"] = lr = lr_at(run.step, total, recipe) if lr_fn is None else lr_fn(run.step, total)
             opt.zero_grad(set_to_none=True)
             if backward is None:
                 loss = F.cross_entropy(net(x), y, label_smoothing=ls)
@@ -118,28 +102,16 @@ def _fit(net: nn.Module, recipe: dict, data: Split, device: str, progress: bool,
             else:
                 loss = backward(net, x, y, ls)
             opt.step()
-            step += 1
+            step = run.advance()
             if after_step is not None:
                 after_step(step, total, net, lr)
-            lv = loss.item()
-            loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_ema:.3f}", refresh=False)
+            run.record(loss.item(), epoch)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, net)
-        if epoch + 1 in keep:
-            checkpoints[f"epoch{epoch + 1}"] = state_copy(net)
-        if resume is not None:
-            resume.save({"epoch": epoch + 1, "step": step, "loss_ema": loss_ema, "net": state_copy(net),
-                         "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                         "cuda_rng": torch.cuda.get_rng_state_all() if str(device).startswith("cuda") else None,
-                         "checkpoints": checkpoints, "extra": resume_hooks.get(), "resumed": resumed,
-                         "elapsed": elapsed_so_far(earlier, t_sitting)})
-    bar.close()
+        run.end_epoch(epoch + 1, keep, lambda: state_copy(net))
+    meta = run.finish()
     net.eval()
-    meta = {"steps": step, "final_train_loss": loss_ema,
-            **({"resumed_at_epochs": resumed, "train_s_earlier": earlier} if resumed else {})}
-    return TrainOutput({"": state_copy(net)}, meta, checkpoints=checkpoints)
+    return TrainOutput({"": state_copy(net)}, meta, checkpoints=run.checkpoints)
 
 
 def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
@@ -151,12 +123,12 @@ def state_copy(net: nn.Module) -> dict[str, torch.Tensor]:
 SNAPSHOT_DTYPES = {"float32": None, "float16": torch.float16}
 
 
-def snapshot_dtype(recipe: dict, method: str) -> torch.dtype | None:
+def snapshot_dtype(recipe: dict, method: str, name: str = "?") -> torch.dtype | None:
     """The recipe's ``snapshot_dtype`` (default ``float32``, kept as trained: ``None``), or a
-    UserError naming the recipe and the accepted values."""
+    UserError naming the recipe (of entry ``name``) and the accepted values."""
     stored = recipe.get("snapshot_dtype", "float32")
     if stored not in SNAPSHOT_DTYPES:
-        raise UserError(f"{method} recipe of {recipe.get('_name', '?')!r}: snapshot_dtype {stored!r} "
+        raise UserError(f"{method} recipe of {name!r}: snapshot_dtype {stored!r} "
                         f"is not one of {sorted(SNAPSHOT_DTYPES)}")
     return SNAPSHOT_DTYPES[stored]
 
@@ -171,18 +143,16 @@ def stored_copy(net: nn.Module, dtype: torch.dtype | None) -> dict[str, torch.Te
 
 
 @register_method("standard", version=1)
-def train_standard(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                   progress: bool = True) -> TrainOutput:
+def train_standard(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Plain supervised training with the recipe's optimiser and schedule; ``keep_epochs`` stores
     early-stopped checkpoints as entries ``<name>@epoch<k>``."""
-    out = fit(net, recipe, data, device, progress, resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, resume_hooks=STATELESS)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"])}
     return out
 
 
 @register_method("fgsm_at", version=1)
-def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                  progress: bool = True) -> TrainOutput:
+def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """FGSM adversarial training with random start: ``at_eps`` (default 8/255), ``at_alpha``
     (default 1.25·at_eps). Produces the defended victim."""
     eps = parse_fraction(recipe.get("at_eps", "8/255"))
@@ -191,6 +161,6 @@ def train_fgsm_at(net: nn.Module, recipe: dict, data: Split, device: str = "cpu"
     def make_batch(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return fgsm_rs_example(net, x, y, eps, alpha, gen)
 
-    out = fit(net, recipe, data, device, progress, make_batch=make_batch, resume_hooks=STATELESS)
+    out = fit(net, recipe, data, ctx, make_batch=make_batch, resume_hooks=STATELESS)
     out.meta.update(at_eps=eps, at_alpha=alpha)
     return out

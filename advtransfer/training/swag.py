@@ -19,6 +19,7 @@ import torch.nn as nn
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, bn_images, refresh_batchnorm, register_method
+from .context import TrainingContext
 from .lgv import snapshot_steps
 from .standard import state_copy, fit
 
@@ -26,14 +27,13 @@ SWAG_MODES = ("diag", "lowrank")
 
 
 @register_method("swag", version=1)
-def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-               progress: bool = True) -> TrainOutput:
+def train_swag(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """Recipe: ``init_from``, constant ``lr``, ``epochs``, ``collect_per_epoch`` (moment updates per
     epoch), ``max_rank`` R (deviation columns kept; 0 keeps none: a diagonal-only posterior, as the
     Li et al. 2023 code stores), and the sampling defaults ``scale`` (s, 1.5 for
     attacks) and ``mode`` (diag or lowrank) that a grid may override."""
     if not recipe.get("init_from"):
-        raise UserError(f"SWAG recipe of {recipe.get('_name', '?')!r} needs init_from: a trained zoo entry to start from")
+        raise UserError(f"SWAG recipe of {ctx.name!r} needs init_from: a trained zoo entry to start from")
     mode = recipe.get("mode", "diag")
     if mode not in SWAG_MODES:
         raise UserError(f"SWAG mode {mode!r} is unknown; use diag or lowrank")
@@ -63,7 +63,7 @@ def train_swag(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
             devs.append({n: params[n].detach().cpu() - mean[n] for n in names})
             del devs[:-rank]
 
-    fit(net, {**recipe, "schedule": "constant"}, data, device, progress, after_step=after_step)
+    fit(net, {**recipe, "schedule": "constant"}, data, ctx, after_step=after_step)
     with torch.no_grad():
         for n, p in net.named_parameters():
             if n in mean:

@@ -9,13 +9,13 @@ import torch.nn.functional as F
 from ..data import Split
 from ..core.errors import UserError
 from .base import TrainOutput, register_method
+from .context import TrainingContext
 from .pgd_at import at_params, pgd_example
 from .standard import fit
 
 
 @register_method("trades", version=1)
-def train_trades(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
-                 progress: bool = True) -> TrainOutput:
+def train_trades(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext) -> TrainOutput:
     """TRADES with ``trades_beta`` (the authors' CIFAR-10 value 6), ``at_eps`` (8/255),
     ``at_steps`` (authors: 10), ``at_alpha`` (authors: 0.007 ≈ 2/255; default 2.5ε/steps). The
     inner maximisation starts from x + 0.001·N(0,1) as in the authors' code and runs in eval
@@ -42,7 +42,7 @@ def train_trades(net: nn.Module, recipe: dict, data: Split, device: str = "cpu",
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, device, progress, backward=backward)
+    out = fit(net, recipe, data, ctx, backward=backward)
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps, trades_beta=beta)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "at_steps": steps,
                                     "trades_beta": beta}
