@@ -224,13 +224,13 @@ def _local_attempt(runner: "CellRunner", ids: list[str], log: Callable[[str], No
     plan = plan_workers(runner.device, runner.spec.workers, len(ids))
     log(f"local executor: {len(plan)} worker processes ({', '.join(f'{d} x{t} threads' for d, t in plan)}) "
         f"for {len(ids)} cells")
-    ctx = mp.get_context("spawn")  # fork would copy this process's torch threads and CUDA state
-    slots = ctx.Queue()
+    mp_ctx = mp.get_context("spawn")  # fork would copy this process's torch threads and CUDA state
+    slots = mp_ctx.Queue()
     for k, (d, t) in enumerate(plan):
         slots.put((d, t, k))
     outcomes: list[Outcome] = []
     with _worker_env(plan[0][1]):
-        pool = ProcessPoolExecutor(len(plan), mp_context=ctx, initializer=_init_local_worker,
+        pool = ProcessPoolExecutor(len(plan), mp_context=mp_ctx, initializer=_init_local_worker,
                                    initargs=(runner.spec, runner.ctx, slots))
         try:
             futures = {pool.submit(_local_cell, cid): cid for cid in ids}
