@@ -56,8 +56,9 @@ def test_resolve_tags_each_kind_once(sources_zoo):
     assert "\n" not in str(err.value) and "src_nonesuch" in str(err.value)
 
 
-def test_load_model_returns_the_collection_a_grid_attacks(sources_zoo):
+def test_load_model_returns_the_collection_a_grid_attacks(sources_zoo, tmp_path):
     from advtransfer.run.cellrunner import ModelCache, surrogate_key, surrogate_params
+    from advtransfer.run.context import RunContext
 
     zoo.ensure_trained(["src_csgld", "src_single"], "ci", progress=False, log=lambda *_: None)
     card = zoo.read_card("src_csgld", "ci")
@@ -77,7 +78,7 @@ def test_load_model_returns_the_collection_a_grid_attacks(sources_zoo):
 
     # the same module a grid attacks, and the row records what it was built with
     x = torch.rand(4, 3, 32, 32)
-    cache = ModelCache("ci", None, "cpu")
+    cache = ModelCache("ci", RunContext(tmp_path, device="cpu"))
     grid_coll = cache.surrogate("src_csgld", {})
     coll.reset()
     grid_coll.reset()

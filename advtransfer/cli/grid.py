@@ -44,17 +44,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..grid import load_grid
     from ..analysis.plots import plot_run
-    from ..run.runner import run_grid
+    from ..run.context import RunContext
+    from ..run.runner import run_dir_for, run_grid_with
 
     device = setup_env(args)
     spec = load_grid(args.grid, args.attack, args.sets)
     spec = spec.with_overrides(
         size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
         workers=args.workers, plugins=_with_cli_plugins(spec.plugins, args))
+    # the run's folder, cache, data, device and profile, made once here and passed down as one value
+    ctx = RunContext(run_dir_for(spec, args.out), args.cache_dir, args.data_dir, device,
+                     progress=not args.no_progress, profile=args.profile)
     if args.dry_run:
-        return _print_plan(spec, args, device)
-    run_dir = run_grid(spec, args.out, args.cache_dir, args.data_dir, device, not args.no_progress,
-                       profile=args.profile)  # runs the preflight before any training or writing
+        return _print_plan(spec, ctx)
+    run_dir = run_grid_with(spec, ctx)  # runs the preflight before any training or writing
     print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
     print(f"adversarial examples: {run_dir / 'adv'}/")
     if not args.no_plot:
@@ -79,10 +82,10 @@ def _with_cli_plugins(plugins, args: argparse.Namespace) -> tuple[str, ...] | No
     return tuple(dict.fromkeys([*plugins, *(resolve_ref(r) for r in args.plugin)]))
 
 
-def _print_plan(spec, args: argparse.Namespace, device: str) -> int:
-    from ..run.runner import plan_grid
+def _print_plan(spec, ctx) -> int:
+    from ..run.runner import plan_grid_with
 
-    plan = plan_grid(spec, args.out, args.cache_dir, args.data_dir, device, args.profile)
+    plan = plan_grid_with(spec, ctx)
     cells = plan["cells"]
     print(f"dry run: grid {spec.name} ({spec.source}) into {plan['run_dir']}/; nothing was trained or written")
     print(f"models to train (size {spec.size}): {', '.join(plan['train']) if plan['train'] else 'none (all cached)'}")

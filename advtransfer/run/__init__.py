@@ -1,5 +1,6 @@
 """The run layer: a grid run from its preflight to its merged tables.
 
+- :mod:`.context`     the run context: a run's folder, model cache, data, device, threads, as one value
 - :mod:`.validate`    the preflight: every check made before a run trains or writes anything
 - :mod:`.runner`      a grid run: train the zoo, lock the folder, manifest, run the cells, merge
 - :mod:`.executors`   who runs the cells: serially here, local worker processes, submitit/Slurm

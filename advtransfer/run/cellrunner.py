@@ -19,6 +19,7 @@ from .. import __version__
 from ..core import faults, schema
 from ..attacks.base import Attack, CraftContext, Crafted, SurrogateSet
 from .cell import evaluate_cell
+from .context import RunContext
 from ..data import eval_subset, load_dataset
 from ..core.errors import UserError
 from ..grid import Cell, GridSpec, describe, expand_cells, resolve_attack
@@ -32,9 +33,11 @@ from ..core.utils import eps_to_str, git_sha
 class ModelCache:
     """Loads zoo models once per run; remembers each victim's labels on the clean images."""
 
-    def __init__(self, size: str, cache, device: str, data_dir=None, compile_mode: str = "off",
+    def __init__(self, size: str, ctx: RunContext, compile_mode: str = "off",
                  log: Callable[[str], None] | None = None) -> None:
-        self.size, self.cache, self.device, self.data_dir = size, cache, device, data_dir
+        # ctx: the run's model cache, data folder (collections and posterior smoothing may read
+        # training images) and device
+        self.size, self.cache, self.device, self.data_dir = size, ctx.cache, ctx.device, ctx.data_dir
         self.compile_mode, self.log = compile_mode, log
         self._models: dict[str, nn.Module] = {}
         self._compiled: dict[str, tuple[nn.Module, str]] = {}
@@ -213,14 +216,14 @@ class CellRunner:
     models (loaded on first use), the zoo cards and the run folder. The serial executor uses one
     in the main process; each worker of the parallel executors builds its own
     (:mod:`advtransfer.run.executors`). :meth:`run` runs one cell and writes its files only (examples,
-    per-image table, shard), so any number of processes can run different cells of one folder."""
+    per-image table, shard), so any number of processes can run different cells of one folder.
+    ``ctx``: the run's folder, model cache, data folder, device and progress flag."""
 
-    def __init__(self, spec: GridSpec, run_dir: str | Path, cache=None, data_dir=None, device: str = "cpu",
-                 log: Callable[[str], None] = print, progress: bool = False) -> None:
-        self.spec, self.run_dir, self.device, self.progress = spec, Path(run_dir), device, progress
-        self.log = log
+    def __init__(self, spec: GridSpec, ctx: RunContext, log: Callable[[str], None] = print) -> None:
+        self.spec, self.ctx, self.log = spec, ctx, log
+        self.run_dir, self.device, self.progress, self.data_dir = ctx.run_dir, ctx.device, ctx.progress, ctx.data_dir
         self.store = RunStore(self.run_dir, log.warn if isinstance(log, RunLog) else log)
-        self.cards = {m: zoo.read_card(m, spec.size, cache) for m in spec.model_names()}
+        self.cards = {m: zoo.read_card(m, spec.size, ctx.cache) for m in spec.model_names()}
         missing = [m for m, c in self.cards.items() if c is None]
         if missing:
             raise UserError(f"models {', '.join(missing)} are not trained at size {spec.size}; "
@@ -229,11 +232,10 @@ class CellRunner:
         specs = zoo.load_specs()
         self.variants = {m: zoo.get_spec(m, specs).data_variant(spec.size) for m in spec.model_names()}
         self.cells = expand_cells(spec, self.shas)
-        self.x, self.y, self.index = spec.run_spec().eval_images(data_dir)  # the measures reload these
-        if str(device).startswith("cuda"):  # page-locked host copies: faster batch transfers to the GPU
+        self.x, self.y, self.index = spec.run_spec().eval_images(ctx.data_dir)  # the measures reload these
+        if str(ctx.device).startswith("cuda"):  # page-locked host copies: faster batch transfers to the GPU
             self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
-        self.models = ModelCache(spec.size, cache, device, data_dir, spec.compile, log)
-        self.data_dir = data_dir
+        self.models = ModelCache(spec.size, ctx, spec.compile, log)
         self.sha = git_sha()
         self.run_id = self.run_dir.name
 

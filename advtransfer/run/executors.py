@@ -39,6 +39,7 @@ from ..core.errors import UserError
 
 if TYPE_CHECKING:
     from .cellrunner import CellRunner
+    from .context import RunContext
     from ..grid import GridSpec
 
 
@@ -133,44 +134,45 @@ def _run_guarded(runner: "CellRunner", cell_id: str, worker: str) -> Outcome:
 _WORKER: dict[str, Any] = {}
 
 
-def _make_runner(spec: "GridSpec", run_dir: str, cache, data_dir, device: str, threads: int, name: str) -> "CellRunner":
+def _make_runner(spec: "GridSpec", ctx: "RunContext", name: str) -> "CellRunner":
+    """A worker's cell runner for ``ctx`` (a worker's context: its device and thread count)."""
     import torch
 
     from .cellrunner import CellRunner, RunLog
     from ..plugins import load_plugins
 
     load_plugins(spec.plugins)  # the user's attacks and networks, as the main process loaded them
-    torch.set_num_threads(threads)
-    log = RunLog(Path(run_dir), echo=lambda m: print(f"[{name}] {m}", flush=True))
-    return CellRunner(spec, run_dir, cache, data_dir, device, log, progress=False)
+    if ctx.threads:
+        torch.set_num_threads(ctx.threads)
+    log = RunLog(ctx.run_dir, echo=lambda m: print(f"[{name}] {m}", flush=True))
+    return CellRunner(spec, ctx, log)
 
 
-def _init_local_worker(spec, run_dir, cache, data_dir, slots) -> None:
+def _init_local_worker(spec: "GridSpec", ctx: "RunContext", slots) -> None:
     device, threads, k = slots.get()
     _WORKER["name"] = f"worker {k} ({device}, {threads} thread{'s' if threads > 1 else ''})"
-    _WORKER["runner"] = _make_runner(spec, run_dir, cache, data_dir, device, threads, _WORKER["name"])
+    _WORKER["runner"] = _make_runner(spec, ctx.for_worker(device, threads), _WORKER["name"])
 
 
 def _local_cell(cell_id: str) -> Outcome:
     return _run_guarded(_WORKER["runner"], cell_id, _WORKER["name"])
 
 
-def run_chunk(spec: "GridSpec", run_dir: str, cache, data_dir, device: str, threads: int,
-              cell_ids: list[str]) -> list[Outcome]:
+def run_chunk(spec: "GridSpec", ctx: "RunContext", cell_ids: list[str]) -> list[Outcome]:
     """One submitit array task: its cells one after another (each guarded: one failing cell
-    does not stop the others)."""
+    does not stop the others) in ``ctx``, the task's context (its device and thread count)."""
     import socket
 
     name = f"job {os.environ.get('SLURM_ARRAY_JOB_ID', os.environ.get('SUBMITIT_LOCAL_JOB_ID', ''))}" \
            f"_{os.environ.get('SLURM_ARRAY_TASK_ID', '')} on {socket.gethostname()}"
-    runner = _make_runner(spec, run_dir, cache, data_dir, device, threads, name)
+    runner = _make_runner(spec, ctx, name)
     return [_run_guarded(runner, c, name) for c in cell_ids]
 
 
 # --- main side ------------------------------------------------------------------------------
-def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | None = None,
-              profile: str | None = None, cache=None, data_dir=None, log: Callable[[str], None] = print) -> None:
-    """Run every cell of ``runner.cells`` with ``executor``; the caller merges the table.
+def run_cells(runner: "CellRunner", log: Callable[[str], None] = print) -> None:
+    """Run every cell of ``runner.cells`` with the grid's executor (``runner.spec.executor``, its
+    ``workers``; submitit's profile: ``runner.ctx.profile``); the caller merges the table.
 
     ``serial`` raises a cell's exception at once (as a single process always did); ``local`` and
     ``submitit`` report a failing cell, retry it once after the others, and raise
@@ -178,6 +180,7 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
     from tqdm.auto import tqdm
 
     cells = runner.cells  # executor and workers: checked by GridSpec.validate (advtransfer.run.validate.preflight)
+    executor = runner.spec.executor
     if executor == "serial":
         from ..grid import describe
 
@@ -203,7 +206,7 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
             break
         if round_ == 2:
             log(f"retrying {len(ids)} failed cell{'s' if len(ids) > 1 else ''} once")
-        outcomes = attempt(runner, ids, workers, profile, cache, data_dir, log)
+        outcomes = attempt(runner, ids, log)
         failed = {o.cell_id: o.error for o in outcomes if o.error is not None}
         for cid, err in failed.items():
             log(f"cell {cid} failed ({'attempt' if round_ == 1 else 'retry'}): {err}")
@@ -211,25 +214,24 @@ def run_cells(runner: "CellRunner", executor: str = "serial", workers: int | Non
         raise CellsFailed(failed, len(todo), runner.run_dir)
 
 
-def _local_attempt(runner: "CellRunner", ids: list[str], workers: int | None, profile, cache, data_dir,
-                   log: Callable[[str], None]) -> list[Outcome]:
+def _local_attempt(runner: "CellRunner", ids: list[str], log: Callable[[str], None]) -> list[Outcome]:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     from tqdm.auto import tqdm
 
-    plan = plan_workers(runner.device, workers, len(ids))
+    plan = plan_workers(runner.device, runner.spec.workers, len(ids))
     log(f"local executor: {len(plan)} worker processes ({', '.join(f'{d} x{t} threads' for d, t in plan)}) "
         f"for {len(ids)} cells")
-    ctx = mp.get_context("spawn")  # fork would copy this process's torch threads and CUDA state
-    slots = ctx.Queue()
+    mp_ctx = mp.get_context("spawn")  # fork would copy this process's torch threads and CUDA state
+    slots = mp_ctx.Queue()
     for k, (d, t) in enumerate(plan):
         slots.put((d, t, k))
     outcomes: list[Outcome] = []
     with _worker_env(plan[0][1]):
-        pool = ProcessPoolExecutor(len(plan), mp_context=ctx, initializer=_init_local_worker,
-                                   initargs=(runner.spec, str(runner.run_dir), cache, data_dir, slots))
+        pool = ProcessPoolExecutor(len(plan), mp_context=mp_ctx, initializer=_init_local_worker,
+                                   initargs=(runner.spec, runner.ctx, slots))
         try:
             futures = {pool.submit(_local_cell, cid): cid for cid in ids}
             with tqdm(total=len(ids), desc=f"grid {runner.spec.name}", unit="cell", disable=not runner.progress) as bar:
@@ -290,12 +292,12 @@ def chunks(ids: list[str], cells_per_task: int | None, tasks: int | None) -> lis
     return [ids[k:k + size] for k in range(0, len(ids), size)]
 
 
-def _submitit_attempt(runner: "CellRunner", ids: list[str], workers: int | None, profile, cache, data_dir,
-                      log: Callable[[str], None]) -> list[Outcome]:
+def _submitit_attempt(runner: "CellRunner", ids: list[str], log: Callable[[str], None]) -> list[Outcome]:
     try:
         import submitit
     except ImportError:
         raise UserError("the submitit executor needs submitit: pip install 'advtransfer[slurm]'") from None
+    profile, workers = runner.ctx.profile, runner.spec.workers
     prof = load_profile(profile)
     cluster = prof.get("cluster")
     folder = Path(prof.get("folder") or runner.run_dir / "submitit")
@@ -313,12 +315,11 @@ def _submitit_attempt(runner: "CellRunner", ids: list[str], workers: int | None,
         ex.update_parameters(**params)
     except (ValueError, TypeError) as exc:
         raise UserError(f"submitit profile {profile}: {str(exc).splitlines()[0]}") from None
-    device = runner.device
     log(f"submitit executor ({ex.cluster}): {len(parts)} array tasks for {len(ids)} cells, "
         f"{threads} thread{'s' if threads > 1 else ''} each; job files in {folder}")
     with _worker_env(threads):  # the local cluster's subprocesses inherit this environment
-        jobs = ex.map_array(run_chunk, *zip(*[(runner.spec, str(runner.run_dir), cache, data_dir, device, threads, p)
-                                              for p in parts]))
+        task = runner.ctx.for_worker(runner.device, threads)
+        jobs = ex.map_array(run_chunk, *zip(*[(runner.spec, task, p) for p in parts]))
     outcomes: list[Outcome] = []
     try:
         for job, part in zip(jobs, parts):

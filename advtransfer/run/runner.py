@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..core import faults
 from .cellrunner import CellRunner, RunLog
+from .context import RunContext
 from ..core.errors import UserError
 from ..grid import GridSpec, expand_cells, resolve_attack
 from ..models import zoo
@@ -22,6 +23,11 @@ from ..core.utils import eps_to_str, git_sha, checksum_matches, versions
 
 def default_run_dir(spec: GridSpec) -> Path:
     return results_dir() / spec.name
+
+
+def run_dir_for(spec: GridSpec, out: str | Path | None = None) -> Path:
+    """The run folder of ``spec``: ``out`` if given, else :func:`default_run_dir`."""
+    return Path(out) if out else default_run_dir(spec)
 
 
 def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
@@ -39,15 +45,24 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | 
 
     ``executor`` (default: the spec's) runs the cells (:mod:`advtransfer.run.executors`): ``serial``
     in this process, ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job
-    arrays (``profile``: a YAML file of cluster parameters). Every executor writes the same table."""
+    arrays (``profile``: a YAML file of cluster parameters). Every executor writes the same table.
+
+    The keywords make the run's :class:`~advtransfer.run.context.RunContext` (``out``: its run
+    folder, default ``results/<grid name>/``); :func:`run_grid_with` runs a spec in a context made
+    elsewhere (the ``grid`` command makes its own)."""
+    spec = spec.with_overrides(executor=executor, workers=workers)
+    ctx = RunContext(run_dir_for(spec, out), cache, data_dir, device, progress=progress, profile=profile)
+    return run_grid_with(spec, ctx, log)
+
+
+def run_grid_with(spec: GridSpec, ctx: RunContext, log: Callable[[str], None] = print) -> Path:
+    """:func:`run_grid` for a made context: run every cell of ``spec`` in ``ctx`` (the preflight
+    first); returns the run folder, ``ctx.run_dir``."""
     from .validate import preflight
 
-    spec = spec.with_overrides(executor=executor, workers=workers)
-    run_dir = Path(out) if out else default_run_dir(spec)
-    preflight(spec, run_dir, device, data_dir, cache, profile)
-    _run_with_lock(spec, run_dir, cache, data_dir, device, progress, log,
-                   dict(executor=spec.executor, workers=spec.workers, profile=profile))
-    return run_dir
+    preflight(spec, ctx)
+    _run_with_lock(spec, ctx, log)
+    return ctx.run_dir
 
 
 #: what a run writes before its first result: a failed run that wrote only these leaves no folder
@@ -63,27 +78,25 @@ def _remove_if_only_bookkeeping(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _run_with_lock(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                   log: Callable[[str], None], how: dict) -> None:
+def _run_with_lock(spec: GridSpec, ctx: RunContext, log: Callable[[str], None]) -> None:
     from ..core.lock import RunLock
 
-    new_folder = not run_dir.exists()
-    with RunLock(run_dir):  # raises at once (nothing touched) when another process holds the folder
+    new_folder = not ctx.run_dir.exists()
+    with RunLock(ctx.run_dir):  # raises at once (nothing touched) when another process holds the folder
         try:
-            _run_logged(spec, run_dir, cache, data_dir, device, progress, log, how)
+            _run_logged(spec, ctx, log)
         except UserError:
             if new_folder:  # ours alone (we hold the lock): leave no folder behind for bad input
-                _remove_if_only_bookkeeping(run_dir)
+                _remove_if_only_bookkeeping(ctx.run_dir)
             raise
 
 
-def _run_logged(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                log: Callable[[str], None], how: dict) -> None:
-    runlog = RunLog(run_dir, log)
+def _run_logged(spec: GridSpec, ctx: RunContext, log: Callable[[str], None]) -> None:
+    runlog = RunLog(ctx.run_dir, log)
     runlog.write(f"run started: grid {spec.name} ({spec.source}), {len(spec.surrogates)} surrogate rows, "
-                 f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {device}, git {git_sha()}")
+                 f"{len(spec.victims)} victims, n={spec.n}, size {spec.size}, device {ctx.device}, git {git_sha()}")
     try:
-        _run_locked(spec, run_dir, cache, data_dir, device, progress, runlog, **how)
+        _run_locked(spec, ctx, runlog)
     except KeyboardInterrupt:
         runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
         raise
@@ -93,17 +106,15 @@ def _run_logged(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
     runlog.write("run finished")
 
 
-def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, progress: bool,
-                log: Callable[[str], None], executor: str = "serial", workers: int | None = None,
-                profile: str | None = None) -> None:
+def _run_locked(spec: GridSpec, ctx: RunContext, log: Callable[[str], None]) -> None:
     from .executors import run_cells
     from ..plugins import plugin_records
 
-    store = RunStore(run_dir, log.warn if isinstance(log, RunLog) else log)
+    store = RunStore(ctx.run_dir, log.warn if isinstance(log, RunLog) else log)
     store.remove_stale_temporaries()  # what a killed run was writing; complete files are never touched
-    zoo.ensure_trained(spec.model_names(), spec.size, cache, data_dir, device, progress, log)
+    zoo.ensure_trained(spec.model_names(), spec.size, ctx.cache, ctx.data_dir, ctx.device, ctx.progress, log)
     faults.point("trained")
-    runner = CellRunner(spec, run_dir, cache, data_dir, device, log, progress)
+    runner = CellRunner(spec, ctx, log)
     for m in spec.model_names():  # verify every checkpoint before anything is written
         runner.models.get(m)
     manifest = store.read_manifest()
@@ -114,7 +125,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
         "reference": spec.reference,
         "plugins": plugin_records(spec.plugins),
         "git_sha": runner.sha,
-        "versions": versions(), "device": device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions(), "device": ctx.device, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "zoo": {m: {k: c.get(k) for k in ("arch", "family", "kind", "recipe_hash", "sha256", "clean_acc", "train_s",
                                           "provenance", "versions", "method_version")}
                 | {k: c[k] for k in ("data", "init_from") if c.get(k) is not None}  # training-data variant, parent
@@ -125,7 +136,7 @@ def _run_locked(spec: GridSpec, run_dir: Path, cache, data_dir, device: str, pro
     manifest["finished_at"] = None  # set below only when every cell of this grid has its rows
     store.write_manifest(manifest)
     try:
-        run_cells(runner, executor, workers=workers, profile=profile, cache=cache, data_dir=data_dir, log=log)
+        run_cells(runner, log)
     finally:
         store.merge()  # once per run (and on interruption): finished cells are in the table
     manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -145,6 +156,11 @@ def _peek_table(path: Path) -> pd.DataFrame | None:
 
 def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
               data_dir: str | Path | None = None, device: str = "cpu", profile: str | None = None) -> dict:
+    """:func:`plan_grid_with` in the context these keywords make (as :func:`run_grid`'s do)."""
+    return plan_grid_with(spec, RunContext(run_dir_for(spec, out), cache, data_dir, device, profile=profile))
+
+
+def plan_grid_with(spec: GridSpec, ctx: RunContext) -> dict:
     """What :func:`run_grid` would do, reading only: the models it would train, and per cell
     whether its examples are cached, which victims it would evaluate, and its cost in passes
     (surrogate forward+backward passes to craft, victim forward passes to evaluate). Runs the
@@ -155,11 +171,11 @@ def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path |
     from ..models.sources import is_trained
     from .validate import preflight
 
-    run_dir = Path(out) if out else default_run_dir(spec)
-    preflight(spec, run_dir, device, data_dir, cache, profile)
+    run_dir = ctx.run_dir
+    preflight(spec, ctx)
     specs = zoo.load_specs()
-    train = [m for m in spec.model_names() if not is_trained(zoo.get_spec(m, specs), spec.size, cache)]
-    shas = {m: (zoo.read_card(m, spec.size, cache) or {}).get("sha256") or f"untrained:{m}"
+    train = [m for m in spec.model_names() if not is_trained(zoo.get_spec(m, specs), spec.size, ctx.cache)]
+    shas = {m: (zoo.read_card(m, spec.size, ctx.cache) or {}).get("sha256") or f"untrained:{m}"
             for m in spec.model_names()}
     store = RunStore(run_dir, log=lambda _m: None)
     rows = []

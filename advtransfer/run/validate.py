@@ -24,6 +24,7 @@ from ..core.errors import UserError
 if TYPE_CHECKING:
     from ..attacks.params import CellView
     from ..grid import GridSpec
+    from .context import RunContext
 
 #: what a run folder may hold; a non-empty folder with none of these is not one
 RUN_MARKERS = ("manifest.json", "results.parquet", "run.lock", "run.log", "adv", "shards", "samples")
@@ -115,10 +116,10 @@ def cell_view(spec: "GridSpec", cell, specs: dict, ds, n_train: int | None, nets
                     size=spec.size, archs=tuple(archs))
 
 
-def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_dir: str | os.PathLike | None = None,
-              cache: str | os.PathLike | None = None, profile: str | None = None) -> None:
+def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     """Every check a grid run makes before it trains a model or writes a file (see the module
-    docstring). ``run_dir``: the run folder; ``profile``: the submitit executor's YAML file."""
+    docstring), for ``spec`` run in ``ctx`` (its run folder, device, data, model cache and submitit
+    profile)."""
     from ..core.accel import check_precision
     from ..data import load_dataset
     from .executors import check_executor_setup
@@ -126,11 +127,11 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     from ..models import zoo
 
     spec.validate()
-    check_device(device)
-    check_precision(spec.precision, device)
-    check_executor_setup(spec.executor, profile)
-    check_run_dir(run_dir)
-    ds = load_dataset(spec.dataset, spec.split, data_dir)
+    check_device(ctx.device)
+    check_precision(spec.precision, ctx.device)
+    check_executor_setup(spec.executor, ctx.profile)
+    check_run_dir(ctx.run_dir)
+    ds = load_dataset(spec.dataset, spec.split, ctx.data_dir)
     check_split(ds, spec.n, spec.start, spec.source)
     specs = zoo.load_specs()
     shas = {m: f"unchecked:{m}" for m in spec.model_names()}
@@ -143,13 +144,13 @@ def preflight(spec: "GridSpec", run_dir: str | os.PathLike, device: str, data_di
     needs_training = False
     for m in spec.model_names():
         src = zoo.declared(zoo.get_spec(m, specs))
-        if src.is_ready(spec.size, cache):
-            src.check(spec.size, cache)  # a corrupt checkpoint is refused before anything runs
+        if src.is_ready(spec.size, ctx.cache):
+            src.check(spec.size, ctx.cache)  # a corrupt checkpoint is refused before anything runs
         elif src.trains:
             needs_training = True
     learners = [(c, a) for c, a in cells if any(p.within == "train_images" for p in a.declared().values())]
     if learners or needs_training:
-        train = load_dataset(spec.dataset, "train", data_dir)
+        train = load_dataset(spec.dataset, "train", ctx.data_dir)
         check_split(train, 1, 0, spec.source)
         if learners:  # their training-image counts against the split, now that its size is known
             _check_cells(spec, learners, specs, ds, len(train), nets)
