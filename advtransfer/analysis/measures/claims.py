@@ -225,67 +225,70 @@ def load_claims(path: str | Path) -> ClaimsSpec:
         if s not in SIZES:
             raise UserError(f"{p}: unknown zoo size {s!r}; sizes: {', '.join(SIZES)}")
     regimes = _load_regimes(raw.get("regimes"), p, sizes)
-    claims, seen = [], set()
+    claims: list[Claim] = []
     for k, e in enumerate(raw["claims"]):
-        where = f"{p}: claim {k + 1}"
         if not isinstance(e, dict):
-            raise UserError(f"{where} must be a mapping")
+            raise UserError(f"{p}: claim {k + 1} must be a mapping")
         cid = str(e.get("id", "")).strip()
         where = f"{p}: claim {cid or k + 1}"
-        unknown = sorted(set(e) - set(_KEYS))
-        if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; keys: {', '.join(_KEYS)}")
-        for key in ("id", "claim", "paper", "grid", "by", "a", "b", "eps"):
-            if not e.get(key):
-                raise UserError(f"{where}: `{key}` is required")
-        if cid in seen:
+        if cid and cid in {c.id for c in claims}:
             raise UserError(f"{where}: the id is used twice")
-        seen.add(cid)
-        if e["by"] not in BY:
-            raise UserError(f"{where}: `by` must be attack, surrogate, victim or whitebox, got {e['by']!r}")
-        if (e["by"] == "whitebox") != bool(e.get("ladder")):
-            raise UserError(f"{where}: " + ("a whitebox claim names the grid of its baseline's ladder of radii "
-                                            "(`ladder:`, e.g. repr-vs-data)" if e["by"] == "whitebox" else
-                                            "`ladder:` belongs to a `by: whitebox` claim only"))
-        if e["by"] == "whitebox" and [str(e[k]).startswith("ladder:") for k in ("a", "b")].count(True) != 1:
-            raise UserError(f"{where}: in a whitebox claim one side is the ladder's baseline, `ladder:<label>` "
-                            "(e.g. a: ladder:mifgsm, b: repr_push), the other an attack label")
-        if e["by"] == "surrogate" and not e.get("attack"):
-            raise UserError(f"{where}: a surrogate claim names the attack label it compares under (`attack:`)")
-        try:
-            eps = parse_fraction(e["eps"], "eps")
-        except (UserError, ValueError):
-            raise UserError(f"{where}: eps must be a fraction like 8/255, got {e['eps']!r}") from None
-        gain = e.get("min_gain", 0.01)
-        if not isinstance(gain, (int, float)) or not 0 <= gain < 1:
-            raise UserError(f"{where}: min_gain is a rate in [0, 1), e.g. 0.01 for one point; got {gain!r}")
-        tup = lambda v: None if v is None else tuple(str(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
-        by_size = e.get("sizes") or {}
-        if not isinstance(by_size, dict) or not all(isinstance(v, dict) for v in by_size.values()):
-            raise UserError(f"{where}: sizes must map a zoo size to the keys that differ there, like "
-                            "{converged: {grid: surrogate-training-converged}}")
-        sized = []
-        for size, over in by_size.items():
-            if size not in sizes:
-                raise UserError(f"{where}: sizes names {size!r}, not one of the file's sizes ({', '.join(sizes)})")
-            bad = sorted(set(over) - set(SIZE_KEYS))
-            if bad:
-                raise UserError(f"{where}: sizes.{size} may only set {', '.join(SIZE_KEYS)}, not {', '.join(bad)}")
-            over = {k: (tup(v) if k in ("surrogates", "victims") else str(v)) for k, v in over.items()}
-            sized.append((str(size), tuple(over.items())))
-        claim_regimes = _claim_regimes(e.get("regimes"), regimes, where)
-        paper_regime = e.get("paper_regime")
-        if paper_regime is not None and paper_regime not in dict(claim_regimes):
-            raise UserError(f"{where}: paper_regime {paper_regime!r} is not one of the claim's regimes "
-                            f"({', '.join(r for r, _ in claim_regimes)}); list it under `regimes:`")
-        claims.append(Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
-                            grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
-                            eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
-                            victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
-                            min_gain=float(gain), sizes=tuple(sized),
-                            ladder=str(e["ladder"]) if e.get("ladder") else None, regimes=claim_regimes,
-                            paper_regime=paper_regime, paper_source=e.get("paper_source")))
+        claims.append(_parse_claim(e, cid, where, sizes, regimes))
     return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims), regimes=regimes)
+
+
+def _parse_claim(e: dict, cid: str, where: str, sizes: list[str], regimes: dict[str, Regime]) -> Claim:
+    """One entry of the file's ``claims:`` list, checked; ``where`` names it in the error line."""
+    unknown = sorted(set(e) - set(_KEYS))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; keys: {', '.join(_KEYS)}")
+    for key in ("id", "claim", "paper", "grid", "by", "a", "b", "eps"):
+        if not e.get(key):
+            raise UserError(f"{where}: `{key}` is required")
+    if e["by"] not in BY:
+        raise UserError(f"{where}: `by` must be attack, surrogate, victim or whitebox, got {e['by']!r}")
+    if (e["by"] == "whitebox") != bool(e.get("ladder")):
+        raise UserError(f"{where}: " + ("a whitebox claim names the grid of its baseline's ladder of radii "
+                                        "(`ladder:`, e.g. repr-vs-data)" if e["by"] == "whitebox" else
+                                        "`ladder:` belongs to a `by: whitebox` claim only"))
+    if e["by"] == "whitebox" and [str(e[k]).startswith("ladder:") for k in ("a", "b")].count(True) != 1:
+        raise UserError(f"{where}: in a whitebox claim one side is the ladder's baseline, `ladder:<label>` "
+                        "(e.g. a: ladder:mifgsm, b: repr_push), the other an attack label")
+    if e["by"] == "surrogate" and not e.get("attack"):
+        raise UserError(f"{where}: a surrogate claim names the attack label it compares under (`attack:`)")
+    try:
+        eps = parse_fraction(e["eps"], "eps")
+    except (UserError, ValueError):
+        raise UserError(f"{where}: eps must be a fraction like 8/255, got {e['eps']!r}") from None
+    gain = e.get("min_gain", 0.01)
+    if not isinstance(gain, (int, float)) or not 0 <= gain < 1:
+        raise UserError(f"{where}: min_gain is a rate in [0, 1), e.g. 0.01 for one point; got {gain!r}")
+    tup = lambda v: None if v is None else tuple(str(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
+    by_size = e.get("sizes") or {}
+    if not isinstance(by_size, dict) or not all(isinstance(v, dict) for v in by_size.values()):
+        raise UserError(f"{where}: sizes must map a zoo size to the keys that differ there, like "
+                        "{converged: {grid: surrogate-training-converged}}")
+    sized = []
+    for size, over in by_size.items():
+        if size not in sizes:
+            raise UserError(f"{where}: sizes names {size!r}, not one of the file's sizes ({', '.join(sizes)})")
+        bad = sorted(set(over) - set(SIZE_KEYS))
+        if bad:
+            raise UserError(f"{where}: sizes.{size} may only set {', '.join(SIZE_KEYS)}, not {', '.join(bad)}")
+        over = {k: (tup(v) if k in ("surrogates", "victims") else str(v)) for k, v in over.items()}
+        sized.append((str(size), tuple(over.items())))
+    claim_regimes = _claim_regimes(e.get("regimes"), regimes, where)
+    paper_regime = e.get("paper_regime")
+    if paper_regime is not None and paper_regime not in dict(claim_regimes):
+        raise UserError(f"{where}: paper_regime {paper_regime!r} is not one of the claim's regimes "
+                        f"({', '.join(r for r, _ in claim_regimes)}); list it under `regimes:`")
+    return Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
+                 grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
+                 eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
+                 victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
+                 min_gain=float(gain), sizes=tuple(sized),
+                 ladder=str(e["ladder"]) if e.get("ladder") else None, regimes=claim_regimes,
+                 paper_regime=paper_regime, paper_source=e.get("paper_source"))
 
 
 def _load_regimes(raw: Any, p: Path, sizes: list[str]) -> dict[str, Regime]:
