@@ -92,7 +92,10 @@ def _tiny_net(seed: int) -> nn.Module:
 
 
 class _Block(nn.Module):
-    """A basic residual block (conv-BN-ReLU-conv-BN plus the skip path, then ReLU)."""
+    """A basic residual block (conv-BN-ReLU-conv-BN plus the skip path, then ReLU), shaped like the
+    zoo's (:class:`advtransfer.models.archs._BasicBlock`: the surgery attacks find blocks by these
+    attribute names) but written here, since the attack layer runs on core/ and data/ only; its
+    skip projection has no BatchNorm, and changing that would change every recorded fingerprint."""
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()

@@ -205,8 +205,8 @@ class Surgery:
         raise NotImplementedError
 
 
-class SkipGradient(Surgery):
-    """SGM: residual-branch gradients scaled by ``gamma`` (0 < γ ≤ 1; γ = 1 changes nothing)."""
+class _SkipGradientBase(Surgery):
+    """What both forms of SGM share: the decay ``gamma`` (0 < γ ≤ 1) and the name."""
 
     name = "sgm"
 
@@ -215,12 +215,15 @@ class SkipGradient(Surgery):
             raise UserError(f"sgm: gamma must be in (0, 1], got {gamma}")
         self.gamma = float(gamma)
 
+
+class SkipGradient(_SkipGradientBase):
+    """SGM: residual-branch gradients scaled by ``gamma`` (0 < γ ≤ 1; γ = 1 changes nothing)."""
+
     def attach(self, model: nn.Module) -> tuple[int, list[Callable[[], None]]]:
         g = self.gamma
         sites = residual_branch_ends(model)
         handles = [m.register_forward_hook(lambda _m, _i, out: scale_grad(out, g)) for _, m in sites]
         return len(sites), [h.remove for h in handles]
-
 
 
 def _start_layer(model: nn.Module, start: str | Callable[[nn.Module], str]) -> tuple[str, int, dict[str, int]]:
@@ -261,7 +264,7 @@ class LinearBackward(Surgery):
         return len(sites), undo
 
 
-class SkipGradientAtReLUs(Surgery):
+class SkipGradientAtReLUs(_SkipGradientBase):
     """SGM as the authors' code computes it (csdongxian/skip-connections-matter ``utils_sgm.py``,
     copied into TransferAttack ``transferattack/model_related/sgm.py``), for ``0 < γ < 1``:
 
@@ -289,13 +292,6 @@ class SkipGradientAtReLUs(Surgery):
     block of a stage is left out. A block whose branch has no ReLU (and a timm transformer
     block, which the authors' code does not support) gets the paper's branch decay by γ instead.
     γ = 1 changes nothing (the authors register no hook: ``if args.gamma < 1.0``)."""
-
-    name = "sgm"
-
-    def __init__(self, gamma: float) -> None:
-        if not 0 < gamma <= 1:
-            raise UserError(f"sgm: gamma must be in (0, 1], got {gamma}")
-        self.gamma = float(gamma)
 
     def attach(self, model: nn.Module) -> tuple[int, list[Callable[[], None]]]:
         g = self.gamma
