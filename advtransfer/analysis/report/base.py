@@ -108,6 +108,16 @@ def register_section(fn: SectionFn) -> SectionFn:
 MINUS = "\u2212"
 
 
+def matrix_table(df: pd.DataFrame, cell: Callable[[pd.DataFrame], str], caption: str, tex: str) -> Table:
+    """A surrogate × victim table of ``df``'s rows: one row per surrogate, one column per victim
+    (both sorted), each cell ``cell(rows of that pair)`` and empty where the pair has no row."""
+    victims = sorted(df["victim"].unique())
+    rows = []
+    for sur, g in df.groupby("surrogate", sort=True):
+        rows.append([str(sur)] + [cell(gv) if len(gv := g[g["victim"] == v]) else "" for v in victims])
+    return Table(["surrogate", *victims], rows, caption, tex=tex_name(tex))
+
+
 def signed(v: float, digits: int = 1) -> str:
     """``+1.2`` / ``−1.9`` (typographic minus); ``n/a`` for NaN."""
     if v is None or (isinstance(v, float) and math.isnan(v)):

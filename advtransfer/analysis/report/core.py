@@ -22,7 +22,7 @@ from ...core.errors import UserError
 from ...core.metrics import wilson_interval
 from ..runs import read_table
 from .base import (MINUS, OPTIONAL_SECTIONS, Block, Figure, Raw, ReportContext, Section, SectionFn, Table,
-                          html_escape, pct, signed, tex_name, format_p, register_section)
+                          html_escape, matrix_table, pct, signed, tex_name, format_p, register_section)
 
 
 VERDICT_TEXT = {"a_better": "{a} significantly stronger (Holm p < 0.05)",
@@ -140,25 +140,19 @@ def section_asr(ctx: ReportContext) -> Section:
     keys = ["attack_label", "eps", "norm", "targeted"]
     for (label, eps, norm, targeted), sub in df.groupby(keys, sort=True):
         eps_str = sub["eps_str"].iloc[0]
-        victims = sorted(sub["victim"].unique())
-        rows = []
-        for s, g in sub.groupby("surrogate", sort=True):
-            row = [str(s)]
-            for v in victims:
-                gv = g[g["victim"] == v]
-                if gv.empty:
-                    row.append("")
-                    continue
-                k, n = int(gv["n_success"].sum()), int(gv["n_clean_correct"].sum())
-                lo, hi = wilson_interval(k, n)
-                wb = " †" if bool(gv["is_whitebox"].any()) else ""
-                row.append(f"{pct(k / n if n else math.nan)} [{pct(lo)}, {pct(hi)}]{wb}")
-            rows.append(row)
         cap = f"{label} · {norm} ε = {eps_str}{' · targeted' if targeted else ''}: ASR % [95% CI], surrogate × victim"
         tex = f"asr_{label}_{norm}_eps{eps_str}{'_targeted' if targeted else ''}"
-        blocks.append(Table(["surrogate", *victims], rows, cap, tex=tex_name(tex)))
+        blocks.append(matrix_table(sub, _asr_cell, cap, tex))
     blocks.extend(_defence_blocks(df))
     return Section("Attack success rates", blocks, "asr")
+
+
+def _asr_cell(g: pd.DataFrame) -> str:
+    """One (surrogate, victim) pair's rows pooled: ASR % [Wilson 95% interval], † when white-box."""
+    k, n = int(g["n_success"].sum()), int(g["n_clean_correct"].sum())
+    lo, hi = wilson_interval(k, n)
+    wb = " †" if bool(g["is_whitebox"].any()) else ""
+    return f"{pct(k / n if n else math.nan)} [{pct(lo)}, {pct(hi)}]{wb}"
 
 
 def _defence_blocks(df: pd.DataFrame) -> list[Block]:

@@ -30,8 +30,8 @@ from ..plots import slug
 from ..measures.similarity import sat_matrix
 from ..runs import joined_samples, read_table
 from ..stats import summarize_blackbox
-from .base import (Block, Figure, Raw, ReportContext, Section, Table, html_escape, pct, register_section, signed,
-                   tex_name)
+from .base import (Block, Figure, Raw, ReportContext, Section, Table, html_escape, matrix_table, pct, register_section,
+                   signed, tex_name)
 
 INF = "∞"
 LINF_TOL = 1e-6    # float32 rounding of x_adv − x; far below the search's 1/2040 resolution
@@ -104,24 +104,19 @@ def section_min_distortion(ctx: ReportContext) -> Section | None:
             + ". The other minima agree with a ray that stays fooled once fooled; a fooled island narrower than the "
             "scan step can still go unseen.")
     for (lab, eps), sub in d.groupby(["attack_label", "eps"], sort=True):
-        victims = sorted(sub["victim"].unique())
-        rows = []
-        for sur, g in sub.groupby("surrogate", sort=True):
-            row = [str(sur)]
-            for v in victims:
-                gv = g[g["victim"] == v]
-                if gv.empty:
-                    row.append("")
-                    continue
-                r = gv.iloc[0]
-                wb = " †" if bool(r["is_whitebox"]) else ""
-                row.append(_mq(r["median_min_linf"], r["q25_min_linf"], r["q75_min_linf"], 1, 255) + wb)
-            rows.append(row)
         eps_str = str(sub["eps_str"].iloc[0])
-        blocks.append(Table(["surrogate", *victims], rows,
-                            f"{lab} · crafted at L∞ ε = {eps_str}: median minimal L∞ ×255 [q25, q75], surrogate × victim",
-                            tex=tex_name(f"min_linf_{lab}_eps{eps_str}")))
+        blocks.append(matrix_table(
+            sub, _min_linf_cell,
+            f"{lab} · crafted at L∞ ε = {eps_str}: median minimal L∞ ×255 [q25, q75], surrogate × victim",
+            f"min_linf_{lab}_eps{eps_str}"))
     return Section("Minimal distortion along the transfer direction", blocks, "min-distortion")
+
+
+def _min_linf_cell(g: pd.DataFrame) -> str:
+    """One (surrogate, victim) row: median minimal L∞ ×255 [q25, q75], † when white-box."""
+    r = g.iloc[0]
+    wb = " †" if bool(r["is_whitebox"]) else ""
+    return _mq(r["median_min_linf"], r["q25_min_linf"], r["q75_min_linf"], 1, 255) + wb
 
 
 # --- (b) ASR vs ε ---------------------------------------------------------------------------------
