@@ -1,5 +1,5 @@
-"""What several commands share: the data, cache, device, progress and plugin flags, and the
-device setup."""
+"""What several commands share: the data, cache, device, progress and plugin flags, a run
+table's arguments, and the device setup."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,13 @@ def common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     plugin_flag(p)
+
+
+def run_table_args(p: argparse.ArgumentParser) -> None:
+    """The arguments of a command that tabulates a run folder: RUN, ``--attack`` and ``--out``."""
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--attack", help="comma-separated attack labels (default: all)")
+    p.add_argument("--out", metavar="DIR", help="folder for the tables (default: RUN)")
 
 
 def plugin_flag(p: argparse.ArgumentParser) -> None:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis.runs import check_out_dir, write_tables
-from .printing import print_rates
+from ..analysis.runs import check_out_dir
+from .common import run_table_args
+from .printing import write_and_print
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,9 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Classify every (surrogate, victim) row by whether the two models match in "
                                    "dataset source, architecture and class balance (DUMB); pool each case's ASR "
                                    "with an image-bootstrap interval; writes dumb_cases.csv and dumb_costs.csv.")
-    p.add_argument("run_dir", metavar="RUN")
-    p.add_argument("--attack", help="comma-separated attack labels (default: all)")
-    p.add_argument("--out", metavar="DIR", help="folder for the tables (default: RUN)")
+    run_table_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,12 +22,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_out_dir(args.out)
     cases, costs = dumb_table(args.run_dir, args.attack)
-    paths = write_tables({"dumb_cases": cases, "dumb_costs": costs}, args.out or args.run_dir)
-    print("ASR (%) per case; interval: image bootstrap; range: per model pair")
-    print_rates(cases, ["attack_label", "source", "arch", "balance", "n_pairs", "asr", "asr_ci_low", "asr_ci_high",
-                        "pair_asr_min", "pair_asr_max"])
-    print("\ncost of a mismatch (points): ASR(only that axis differs) - ASR(all match)")
-    print_rates(costs, ["attack_label", "axis", "n_pairs_mismatch", "asr_match", "asr_mismatch", "diff", "diff_ci_low",
-                        "diff_ci_high", "n_drop", "n_surrogates", "p_sign"])
-    print(f"\ntables: {paths[0]} and {paths[1]}")
-    return 0
+    return write_and_print({
+        "dumb_cases": (cases, "ASR (%) per case; interval: image bootstrap; range: per model pair",
+                       ["attack_label", "source", "arch", "balance", "n_pairs", "asr", "asr_ci_low", "asr_ci_high",
+                        "pair_asr_min", "pair_asr_max"]),
+        "dumb_costs": (costs, "cost of a mismatch (points): ASR(only that axis differs) - ASR(all match)",
+                       ["attack_label", "axis", "n_pairs_mismatch", "asr_match", "asr_mismatch", "diff", "diff_ci_low",
+                        "diff_ci_high", "n_drop", "n_surrogates", "p_sign"])}, args.out, args.run_dir)

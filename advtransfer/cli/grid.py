@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..grid import load_grid
     from ..analysis.plots import plot_run
     from ..run.context import RunContext
-    from ..run.runner import run_dir_for, run_grid_with
+    from ..run.runner import run_dir_for, run_grid
 
     device = setup_env(args)
     spec = load_grid(args.grid, args.attack, args.sets)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                      progress=not args.no_progress, profile=args.profile)
     if args.dry_run:
         return _print_plan(spec, ctx)
-    run_dir = run_grid_with(spec, ctx)  # runs the preflight before any training or writing
+    run_dir = run_grid(spec, ctx)  # runs the preflight before any training or writing
     print(f"results: {run_dir / 'results.parquet'} and {run_dir / 'results.csv'}")
     print(f"adversarial examples: {run_dir / 'adv'}/")
     if not args.no_plot:
@@ -83,9 +83,9 @@ def _with_cli_plugins(plugins, args: argparse.Namespace) -> tuple[str, ...] | No
 
 
 def _print_plan(spec, ctx) -> int:
-    from ..run.runner import plan_grid_with
+    from ..run.runner import plan_grid
 
-    plan = plan_grid_with(spec, ctx)
+    plan = plan_grid(spec, ctx)
     cells = plan["cells"]
     print(f"dry run: grid {spec.name} ({spec.source}) into {plan['run_dir']}/; nothing was trained or written")
     print(f"models to train (size {spec.size}): {', '.join(plan['train']) if plan['train'] else 'none (all cached)'}")

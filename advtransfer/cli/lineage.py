@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis.runs import check_out_dir, write_tables
-from .printing import print_rates
+from ..analysis.runs import check_out_dir
+from .common import run_table_args
+from .printing import write_and_print
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -14,9 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "chains; contrast own descendants with the same recipe descended from another "
                                    "replicate of the source and with models trained from scratch on the same data; "
                                    "writes lineage_groups.csv and lineage_contrasts.csv.")
-    p.add_argument("run_dir", metavar="RUN")
-    p.add_argument("--attack", help="comma-separated attack labels (default: all)")
-    p.add_argument("--out", metavar="DIR", help="folder for the tables (default: RUN)")
+    run_table_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,11 +23,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_out_dir(args.out)
     groups, contrasts = lineage_table(args.run_dir, args.attack)
-    paths = write_tables({"lineage_groups": groups, "lineage_contrasts": contrasts}, args.out or args.run_dir)
-    print_rates(groups, ["attack_label", "victim_recipe", "relation", "victim_data", "n_rows", "clean_acc", "asr",
-                         "asr_ci_low", "asr_ci_high"])
-    print("\nown descendant vs controls (points)")
-    print_rates(contrasts, ["attack_label", "descendant", "vs", "control", "asr_descendant", "asr_control", "diff",
-                            "diff_ci_low", "diff_ci_high"])
-    print(f"\ntables: {paths[0]} and {paths[1]}")
-    return 0
+    return write_and_print({
+        "lineage_groups": (groups, "", ["attack_label", "victim_recipe", "relation", "victim_data", "n_rows",
+                                        "clean_acc", "asr", "asr_ci_low", "asr_ci_high"]),
+        "lineage_contrasts": (contrasts, "own descendant vs controls (points)",
+                              ["attack_label", "descendant", "vs", "control", "asr_descendant", "asr_control", "diff",
+                               "diff_ci_low", "diff_ci_high"])}, args.out, args.run_dir)
