@@ -221,6 +221,7 @@ def test_grid_records_precision_compile_and_batch(tmp_path, cache_dir, trained, 
     monkeypatch.setattr(torch, "compile", lambda m: _Wrapped(m))
 
     from advtransfer.grid import expand_cells, load_grid
+    from advtransfer.run.context import RunContext
     from advtransfer.run.runner import run_grid
 
     trained("resnet20_a"), trained("vgg_a")
@@ -235,7 +236,7 @@ def test_grid_records_precision_compile_and_batch(tmp_path, cache_dir, trained, 
     assert {c.cell_id for c in expand_cells(spec, shas)}.isdisjoint({c.cell_id for c in expand_cells(spec16, shas)})
     spec_off = load_grid(str(tmp_path / "g.yaml")).with_overrides(compile="off")
     assert [c.cell_id for c in expand_cells(spec, shas)] == [c.cell_id for c in expand_cells(spec_off, shas)]
-    run = run_grid(spec, tmp_path / "run", device="cpu", progress=False, log=lambda *_: None)
+    run = run_grid(spec, RunContext(tmp_path / "run", progress=False), log=lambda *_: None)
     df = pd.read_parquet(run / "results.parquet")
     comp = dict(zip(df["attack"], df["compile"]))
     assert comp["mifgsm"] in ("compiled", "eager") and comp["sgm"] == "eager (hooks)"

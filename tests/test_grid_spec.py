@@ -161,6 +161,7 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
     """From Python, as from the CLI: bad input is one UserError before a model trains or a
     folder is made (training is forbidden here, so a check that came late would fail loudly)."""
     from advtransfer.run import runner
+    from advtransfer.run.context import RunContext
 
     def no_training(*_a, **_k):
         raise AssertionError("trained before the preflight")
@@ -175,7 +176,7 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
                           (_spec(attacks=[AttackEntry("sgm", "sgm", {"steps": 2})], surrogates=[SurrogateEntry(("vgg_a",))]),
                            "sgm finds no site to change in vgg_a (vgg) at size ci")]:
         with pytest.raises(UserError, match=re.escape(message)):
-            runner.run_grid(spec, out, device="cpu", progress=False, log=lambda *_: None)
+            runner.run_grid(spec, RunContext(out, progress=False), log=lambda *_: None)
         with pytest.raises(UserError, match=re.escape(message)):
             runner.plan_grid(spec, out)
         assert not out.exists()
@@ -183,9 +184,9 @@ def test_run_grid_runs_the_preflight_before_training_or_writing(tmp_path, monkey
                            surrogates=[SurrogateEntry(("resnet20_a",)), SurrogateEntry(("resnet20_a", "vgg_a"))]), out)
     assert not out.exists()  # the check passes where a surrogate has a site (one member of an ensemble suffices)
     with pytest.raises(UserError, match="--executor must be one of"):
-        runner.run_grid(_spec(), out, executor="ray", progress=False, log=lambda *_: None)
+        runner.run_grid(_spec(), RunContext(out, progress=False), executor="ray", log=lambda *_: None)
     with pytest.raises(UserError, match="read by the submitit executor only"):
-        runner.run_grid(_spec(), out, profile=str(tmp_path / "p.yaml"), progress=False, log=lambda *_: None)
+        runner.run_grid(_spec(), RunContext(out, progress=False, profile=str(tmp_path / "p.yaml")), log=lambda *_: None)
     assert not out.exists()
 
 

@@ -33,9 +33,10 @@ def tiny(tmp_path_factory, trained):
     grid = write_grid(tmp / "tiny.yaml", surrogates=["resnet20_a"], victims=["resnet20_b", "vgg_a"],
                       attacks={"ifgsm": {}, "mifgsm": {}}, eps=["8/255"], n=20)
     from advtransfer.grid import load_grid
+    from advtransfer.run.context import RunContext
     from advtransfer.run.runner import run_grid
 
-    ref = run_grid(load_grid(str(grid)), tmp / "ref", progress=False, log=lambda _m: None)
+    ref = run_grid(load_grid(str(grid)), RunContext(tmp / "ref", progress=False), log=lambda _m: None)
     return {"grid": grid, "ref": ref, "tmp": tmp}
 
 
@@ -143,9 +144,10 @@ def test_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_does_not
         holder.wait()
     assert (run / "lock.json").exists()
     from advtransfer.grid import load_grid
+    from advtransfer.run.context import RunContext
     from advtransfer.run.runner import run_grid
 
-    run_grid(load_grid(str(tiny["grid"])), run, progress=False, log=lambda _m: None)  # takes the stale lock
+    run_grid(load_grid(str(tiny["grid"])), RunContext(run, progress=False), log=lambda _m: None)  # takes the stale lock
     _same_as_reference(run, tiny["ref"])
     assert not (run / "lock.json").exists()
 

@@ -385,6 +385,7 @@ def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):
     import yaml
 
     from advtransfer.grid import load_grid
+    from advtransfer.run.context import RunContext
     from advtransfer.run.runner import run_grid
 
     grid = {"name": "st", "n": 10, "size": "ci", "batch_size": 10, "eps": ["8/255"], "defaults": {"steps": 2},
@@ -395,7 +396,7 @@ def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):
             "victims": ["resnet20_std"]}
     path = tmp_path / "st.yaml"
     path.write_text(yaml.safe_dump(grid))
-    run = run_grid(load_grid(str(path)), out=tmp_path / "run", progress=False, log=lambda *_: None)
+    run = run_grid(load_grid(str(path)), RunContext(tmp_path / "run", progress=False), log=lambda *_: None)
     df = pd.read_parquet(run / "results.parquet").set_index("surrogate")
     assert df.loc["resnet20_std@epoch1", "surrogate_kind"] == "es"
     assert json.loads(df.loc["resnet20_sam05", "surrogate_params"])["rho"] == 0.5
@@ -408,4 +409,4 @@ def test_grid_rows_record_training_method(st_models, tmp_path, cache_dir):
     bad = dict(grid, surrogates=[{"models": ["resnet20_std"], "per_step": 2}])
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(UserError, match="collection"):
-        run_grid(load_grid(str(path)), out=tmp_path / "run2", progress=False, log=lambda *_: None)
+        run_grid(load_grid(str(path)), RunContext(tmp_path / "run2", progress=False), log=lambda *_: None)

@@ -89,6 +89,7 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
     it (then NaN, as bootstrap_interval documents)."""
     from advtransfer.cli import main
     from advtransfer.grid import load_grid
+    from advtransfer.run.context import RunContext
     from advtransfer.run.runner import run_grid
 
     trained("resnet20_a"), trained("vgg_a")
@@ -98,8 +99,8 @@ def test_an_attack_matched_with_its_own_ladder_differs_by_zero(tmp_path, trained
     for name, extra in {"atk": {"eps": ["4/255"], "attacks": {"mi4": {"attack": "mifgsm"}, "repr_push": {}}},
                         "ladder": {"eps": ["1/255", "4/255", "8/255"], "attacks": {"mifgsm": {}}}}.items():
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **common, **extra}))
-        runs[name] = run_grid(load_grid(str(tmp_path / f"{name}.yaml")), tmp_path / name, device="cpu",
-                              progress=False, log=lambda *_: None)
+        runs[name] = run_grid(load_grid(str(tmp_path / f"{name}.yaml")), RunContext(tmp_path / name, progress=False),
+                              log=lambda *_: None)
     assert main(["whitebox-match", str(runs["atk"]), "--ladder", str(runs["ladder"]), "--attack", "mi4,repr_push"]) == 0
     per = pd.read_csv(runs["atk"] / "whitebox_match.csv")
     mi = per[per["attack"] == "mi4"].iloc[0]

@@ -6,7 +6,7 @@ retrained surrogate gives new cells and cached adversarial examples are never re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.utils import eps_to_str, short_hash
@@ -16,7 +16,11 @@ from .spec import AUX_MODEL_KEYS, AttackEntry, GridSpec, SurrogateEntry
 
 @dataclass(frozen=True)
 class Cell:
-    """One crafting job. ``config`` is the canonical JSON-able description hashed into ``cell_id``."""
+    """One crafting job. ``config`` is the canonical JSON-able description hashed into ``cell_id``;
+    ``resolved`` is the attack the cell runs, made once when the grid is expanded (its parameters
+    resolved against the grid, ε and seed: :func:`~advtransfer.grid.resolve_attack`). Whoever
+    crafts with it takes a copy (:meth:`fresh_attack`), so a retried cell starts from the attack as
+    made, never from the state a failed try left in it."""
 
     cell_id: str
     surrogate: SurrogateEntry
@@ -24,6 +28,13 @@ class Cell:
     eps: float
     seed: int
     config: dict
+    resolved: Any = field(default=None, compare=False, repr=False)
+
+    def fresh_attack(self) -> Any:
+        """A copy of :attr:`resolved` to craft with."""
+        import copy
+
+        return copy.deepcopy(self.resolved)
 
 
 def cell_config(spec: GridSpec, s: SurrogateEntry, a: AttackEntry, seed: int, attack: Any,
@@ -99,7 +110,7 @@ def expand_cells(spec: GridSpec, model_shas: dict[str, str]) -> list[Cell]:
             old = cells[cid]
             fors = old.attack.baseline_for.split(",") + [f for f in a.baseline_for.split(",") if f]
             a = replace(old.attack, baseline_for=",".join(dict.fromkeys(fors)))
-        cells[cid] = Cell(cid, s, a, eps, seed, config)
+        cells[cid] = Cell(cid, s, a, eps, seed, config, attack)
 
     for s in spec.surrogates:
         for a in (a for a in spec.attacks if s.runs(a, spec.size)):

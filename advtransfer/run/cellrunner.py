@@ -22,7 +22,7 @@ from .cell import evaluate_cell
 from .context import RunContext
 from ..data import eval_subset, load_dataset
 from ..core.errors import UserError
-from ..grid import Cell, GridSpec, describe, expand_cells, resolve_attack
+from ..grid import Cell, GridSpec, describe, expand_cells
 from ..core.metrics import labels
 from ..models import zoo
 from .store import RunStore
@@ -257,7 +257,7 @@ class CellRunner:
         todo, shard = victims_to_evaluate(store, cell, spec.victims, self.shas)
         if not todo:
             return 0
-        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+        attack = cell.fresh_attack()
         # a compile choice is timed only for cells that craft (cached examples keep their own record)
         probe = None if store.adv_intact(cell.cell_id) else (x[:spec.batch_size], y[:spec.batch_size])
         S, compiled = build_surrogate_set(cell, self.models, attack.hooks_model, probe)

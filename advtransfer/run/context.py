@@ -2,9 +2,9 @@
 
 A run used to hand its model cache, data folder, device, progress flag and submitit profile from
 function to function (the runner, the executors, the cell runner and the preflight each took
-them one by one). :class:`RunContext` holds them instead: :func:`advtransfer.run.runner.run_grid`
-(from its keywords) or the ``grid`` command (from its flags) makes it once, and everything below
-takes it as one argument. It pickles, so the local executor's worker processes and submitit's
+them one by one). :class:`RunContext` holds them instead: the ``grid`` command makes it once from
+its flags (a Python caller: ``run_grid(spec, RunContext(out, cache=..., progress=False))``, or just
+the run folder for the defaults), and everything below takes it as one argument. It pickles, so the local executor's worker processes and submitit's
 array tasks get the same value; a worker gets a copy naming its own device and thread count
 (:meth:`RunContext.for_worker`).
 

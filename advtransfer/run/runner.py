@@ -14,7 +14,7 @@ from ..core import faults
 from .cellrunner import CellRunner, RunLog
 from .context import RunContext
 from ..core.errors import UserError
-from ..grid import GridSpec, expand_cells, resolve_attack
+from ..grid import GridSpec, expand_cells
 from ..models import zoo
 from ..core.resources import results_dir
 from .store import RunStore
@@ -30,11 +30,17 @@ def run_dir_for(spec: GridSpec, out: str | Path | None = None) -> Path:
     return Path(out) if out else default_run_dir(spec)
 
 
-def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
-             data_dir: str | Path | None = None, device: str = "cpu", progress: bool = True,
-             log: Callable[[str], None] = print, executor: str | None = None, workers: int | None = None,
-             profile: str | None = None) -> Path:
-    """Run every cell of ``spec``; returns the run folder. See the module docstring.
+def context_for(spec: GridSpec, context: RunContext | str | Path | None = None) -> RunContext:
+    """The run context ``context`` names: itself when it is one; a run folder (None:
+    :func:`default_run_dir`) stands for a context in that folder with the defaults (the model cache
+    of ``$ADVTRANSFER_CACHE``, the data of ``$ADVTRANSFER_DATA``, cpu, progress bars)."""
+    return context if isinstance(context, RunContext) else RunContext(run_dir_for(spec, context))
+
+
+def run_grid(spec: GridSpec, context: RunContext | str | Path | None = None, log: Callable[[str], None] = print,
+             executor: str | None = None, workers: int | None = None) -> Path:
+    """Run every cell of ``spec`` in ``context`` (a :class:`~advtransfer.run.context.RunContext`,
+    or just the run folder: :func:`context_for`); returns the run folder. See the module docstring.
 
     First the preflight (:func:`advtransfer.run.validate.preflight`: every value of the spec, the
     device, the run folder, the data, every cell's attack, the checkpoints), so bad input is one
@@ -45,21 +51,12 @@ def run_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | 
 
     ``executor`` (default: the spec's) runs the cells (:mod:`advtransfer.run.executors`): ``serial``
     in this process, ``local`` in ``workers`` processes on this machine, ``submitit`` as Slurm job
-    arrays (``profile``: a YAML file of cluster parameters). Every executor writes the same table.
-
-    The keywords make the run's :class:`~advtransfer.run.context.RunContext` (``out``: its run
-    folder, default ``results/<grid name>/``); :func:`run_grid_with` runs a spec in a context made
-    elsewhere (the ``grid`` command makes its own)."""
-    spec = spec.with_overrides(executor=executor, workers=workers)
-    ctx = RunContext(run_dir_for(spec, out), cache, data_dir, device, progress=progress, profile=profile)
-    return run_grid_with(spec, ctx, log)
-
-
-def run_grid_with(spec: GridSpec, ctx: RunContext, log: Callable[[str], None] = print) -> Path:
-    """:func:`run_grid` for a made context: run every cell of ``spec`` in ``ctx`` (the preflight
-    first); returns the run folder, ``ctx.run_dir``."""
+    arrays (the context's ``profile``: a YAML file of cluster parameters). Every executor writes the
+    same table."""
     from .validate import preflight
 
+    spec = spec.with_overrides(executor=executor, workers=workers)
+    ctx = context_for(spec, context)
     preflight(spec, ctx)
     _run_with_lock(spec, ctx, log)
     return ctx.run_dir
@@ -154,13 +151,7 @@ def _peek_table(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def plan_grid(spec: GridSpec, out: str | Path | None = None, cache: str | Path | None = None,
-              data_dir: str | Path | None = None, device: str = "cpu", profile: str | None = None) -> dict:
-    """:func:`plan_grid_with` in the context these keywords make (as :func:`run_grid`'s do)."""
-    return plan_grid_with(spec, RunContext(run_dir_for(spec, out), cache, data_dir, device, profile=profile))
-
-
-def plan_grid_with(spec: GridSpec, ctx: RunContext) -> dict:
+def plan_grid(spec: GridSpec, context: RunContext | str | Path | None = None) -> dict:
     """What :func:`run_grid` would do, reading only: the models it would train, and per cell
     whether its examples are cached, which victims it would evaluate, and its cost in passes
     (surrogate forward+backward passes to craft, victim forward passes to evaluate). Runs the
@@ -171,6 +162,7 @@ def plan_grid_with(spec: GridSpec, ctx: RunContext) -> dict:
     from ..models.sources import is_trained
     from .validate import preflight
 
+    ctx = context_for(spec, context)
     run_dir = ctx.run_dir
     preflight(spec, ctx)
     specs = zoo.load_specs()
@@ -181,7 +173,7 @@ def plan_grid_with(spec: GridSpec, ctx: RunContext) -> dict:
     rows = []
     for cell in expand_cells(spec, shas):
         pending = any(m in train for m in cell.surrogate.models)
-        attack = resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models))
+        attack = cell.resolved
         cached = not pending and store.adv_path(cell.cell_id).is_file() and checksum_matches(store.adv_path(cell.cell_id)) is not False
         if pending or not run_dir.is_dir():
             todo = list(spec.victims)

@@ -123,7 +123,7 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     from ..core.accel import check_precision
     from ..data import load_dataset
     from .executors import check_executor_setup
-    from ..grid import expand_cells, resolve_attack
+    from ..grid import expand_cells
     from ..models import zoo
 
     spec.validate()
@@ -135,9 +135,8 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     check_split(ds, spec.n, spec.start, spec.source)
     specs = zoo.load_specs()
     shas = {m: f"unchecked:{m}" for m in spec.model_names()}
-    # every attack resolves first (parameter names, types, static ranges)
-    cells = [(cell, resolve_attack(cell.attack, spec, cell.eps, cell.seed, len(cell.surrogate.models)))
-             for cell in expand_cells(spec, shas)]
+    # every attack resolves first (parameter names, types, static ranges), as the grid expands
+    cells = [(cell, cell.resolved) for cell in expand_cells(spec, shas)]
     # what needs the cell (layers of the surrogates, classes of the data) before anything slower
     nets: dict = {}  # networks built for the checks, by model name
     _check_cells(spec, cells, specs, ds, None, nets)
