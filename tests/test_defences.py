@@ -251,7 +251,7 @@ def test_trained_defences_train_and_change_the_weights(method, extra, train_spli
 def test_sources_without_the_zoo_get_a_clear_error(train_split):
     from advtransfer.training import TrainingContext, train_from_recipe
 
-    with pytest.raises(UserError, match="source models were not loaded"):
+    with pytest.raises(UserError, match=r"the source models \[.x.\] were not loaded; train it through the zoo"):
         train_from_recipe(ImageClassifier(build_arch("tinycnn")), _recipe("pubdef", sources=["x"]), train_split,
                           TrainingContext(progress=False))
 
