@@ -180,9 +180,19 @@ def test_claims_command_writes_the_table_the_report_and_the_page(tmp_path, capsy
     assert format_claims(df, ("converged", "cpu")).splitlines()[2] in text
     html = (runs / "report" / "claims.html").read_text()
     assert "<strong>holds</strong>" in html and "<table class=\"wrap\">" in html
+    assert "*" not in html.split("<tbody>", 1)[1].split("</tbody>", 1)[0]  # no Markdown asterisks left in cells
     # a second run replaces the table instead of adding one (--readme: the flag's former name)
     assert main(["claims", str(claims), "--runs", str(runs), "--readme", str(page)]) == 0
     assert page.read_text() == text
+
+
+def test_the_html_table_keeps_bold_verdicts_and_italic_labels():
+    from advtransfer.cli.claims import _md_to_html
+
+    md = "| claim | converged |\n|---|---|\n| x*y | *regime-dependent: holds in a; not in b*. **holds**: +2 |"
+    html = _md_to_html(md)
+    assert "<em>regime-dependent: holds in a; not in b</em>" in html and "<strong>holds</strong>" in html
+    assert "x*y" in html  # a lone asterisk is text
 
 
 def test_claims_command_checks_before_writing(tmp_path, capsys):

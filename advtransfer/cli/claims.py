@@ -96,14 +96,19 @@ def _esc(s: str) -> str:
 
 
 def _md_to_html(md: str) -> str:
-    """The Markdown table of :func:`format_claims` as an HTML table (bold kept)."""
+    """The Markdown table of :func:`format_claims` as an HTML table (bold and italics kept: the
+    verdicts are **bold**, the labels over regimes *italic*)."""
     import re
 
     rows = [r.strip().strip("|").split(" | ") for r in md.splitlines() if r.startswith("|")]
     head, body = rows[0], rows[2:]
-    bold = lambda s: re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _esc(s))  # noqa: E731
+
+    def emphasis(s: str) -> str:
+        s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _esc(s))
+        return re.sub(r"(?<![\w*])\*([^*]+?)\*(?![\w*])", r"<em>\1</em>", s)
+
     th = "".join(f"<th>{_esc(c)}</th>" for c in head)
-    trs = "".join("<tr>" + "".join(f"<td>{bold(c)}</td>" for c in r) + "</tr>" for r in body)
+    trs = "".join("<tr>" + "".join(f"<td>{emphasis(c)}</td>" for c in r) + "</tr>" for r in body)
     return f"<table class=\"wrap\"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
