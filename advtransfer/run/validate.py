@@ -136,7 +136,7 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     specs = zoo.load_specs()
     shas = {m: f"unchecked:{m}" for m in spec.model_names()}
     # every attack resolves first (parameter names, types, static ranges), as the grid expands
-    cells = [(cell, cell.resolved) for cell in expand_cells(spec, shas)]
+    cells = expand_cells(spec, shas)
     # what needs the cell (layers of the surrogates, classes of the data) before anything slower
     nets: dict = {}  # networks built for the checks, by model name
     _check_cells(spec, cells, specs, ds, None, nets)
@@ -147,7 +147,7 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
             src.check(spec.size, ctx.cache)  # a corrupt checkpoint is refused before anything runs
         elif src.trains:
             needs_training = True
-    learners = [(c, a) for c, a in cells if any(p.within == "train_images" for p in a.declared().values())]
+    learners = [c for c in cells if any(p.within == "train_images" for p in c.resolved.declared().values())]
     if learners or needs_training:
         train = load_dataset(spec.dataset, "train", ctx.data_dir)
         check_split(train, 1, 0, spec.source)
@@ -156,11 +156,11 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
 
 
 def _check_cells(spec: "GridSpec", cells: list, specs: dict, ds, n_train: int | None, nets: dict) -> None:
-    """Each (cell, attack)'s own check against its :func:`cell_view`; a failure names the cell."""
+    """Each cell's attack's own check against the cell's :func:`cell_view`; a failure names the cell."""
     from ..grid import describe
 
-    for cell, attack in cells:
+    for cell in cells:
         try:
-            attack.check(cell_view(spec, cell, specs, ds, n_train, nets))
+            cell.resolved.check(cell_view(spec, cell, specs, ds, n_train, nets))
         except UserError as e:
             raise UserError(f"{spec.source or spec.name}: {describe(cell)}: {e}") from None
