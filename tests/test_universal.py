@@ -72,6 +72,9 @@ def test_bandit_counts_add_up_to_steps_times_k(trained, craft_images):
     assert min(counts.values()) >= 1
     # 9 updates × 40 images × 2 members over 360 crafting images = 2 gradient evaluations each
     assert crafted.grad_evals == 2
+    # the planned cost (dry runs, budgets) counts the same k members, not the whole pool
+    assert attack.grad_evals_formula(3) == crafted.grad_evals
+    assert attack.craft_passes(3, 1000) == 9 * 40 * 2
     assert info["forward_evals_total"] == 9 * 40 * 2
     # the bandit lives in the run: a second run starts from zero counts and repeats the first
     assert attack.craft_delta(S, xc[:360], yc[:360]).info == info
@@ -127,3 +130,17 @@ def test_universal_cells_through_the_grid(tmp_path, trained):
         assert meta["fields"]["n_craft"] == 200
     figs = sorted(p.name for p in (out / "figures").glob("uap_*.png"))
     assert len(figs) == 2
+
+
+def test_xtransfer_on_a_pool_of_one_is_sgd_uap(trained, craft_images):
+    # grids/universal.yaml compares X-Transfer on the ensemble with X-Transfer on its ResNet-20
+    # alone (claim u2) and reads the latter as the single-surrogate UAP: the bandit has one arm,
+    # so every update must be SGD-UAP's, to the bit, at the same seed
+    xc, yc, _ = craft_images
+    S = SurrogateSet([trained("resnet20_a")], ["resnet20_a"])
+    kw = dict(eps=8 / 255, steps=6, batch=40, n_craft=200, seed=3)
+    x = create_attack("xtransfer_uap", k=2, **kw).craft_delta(S, xc[:200], yc[:200])
+    s = create_attack("sgd_uap", **kw).craft_delta(S, xc[:200], yc[:200])
+    assert torch.equal(x.delta, s.delta)
+    assert x.grad_evals == s.grad_evals
+    assert x.info["bandit_counts"] == {"resnet20_a": 6}

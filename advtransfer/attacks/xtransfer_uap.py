@@ -34,6 +34,14 @@ class XTransferUAP(UniversalAttack):
         extra["ucb_c"] = float(extra["ucb_c"])
         return extra
 
+    def grad_evals_formula(self, n_models: int) -> int:
+        """Gradient evaluations per crafting image: k of the pool's ``n_models`` members an update."""
+        return super().grad_evals_formula(min(self.extra["k"], n_models))
+
+    def craft_passes(self, n_models: int, n_images: int) -> int:
+        """steps × batch × k (the bandit's reward passes are forward only, not counted)."""
+        return super().craft_passes(min(self.extra["k"], n_models), n_images)
+
     def start(self, S: SurrogateCall) -> Bandit:
         return Bandit(min(self.extra["k"], len(S)), list(S.names), [0] * len(S), [0.0] * len(S))
 
