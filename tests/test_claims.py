@@ -32,6 +32,7 @@ def _spec(tmp_path: Path, sizes: str = "[converged, cpu]", claim_sizes: dict | N
          "by": "attack", "a": "cwa", "b": "matched:evals", "eps": "8/255", **claim}
     if claim_sizes is not None:
         c["sizes"] = claim_sizes
+    c = {k: v for k, v in c.items() if v is not None}  # b=None: a claim without `b`
     body = "\n".join(f"    {k}: {v}" for k, v in c.items())
     path = tmp_path / "claims.yaml"
     path.write_text(f"name: test\nsizes: {sizes}\nclaims:\n  -\n{body}\n")
@@ -94,7 +95,9 @@ def test_a_claim_without_replicate_agreement_cannot_hold(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"by": "model"}, "`by` must be attack, surrogate, victim or whitebox"),
+    ({"by": "model"}, "`by` must be attack, surrogate, victim, lineage or whitebox"),
+    ({"by": "lineage", "attack": "cwa"}, "leave `b` out"),
+    ({"by": "lineage", "b": None}, "names the attack label"),
     ({"by": "whitebox"}, "names the grid of its baseline's ladder"),
     ({"ladder": "repr-vs-data"}, "belongs to a `by: whitebox` claim only"),
     ({"by": "whitebox", "ladder": "lad", "a": "ladder:mifgsm", "b": "ladder:pgd"}, "one side is the ladder's baseline"),
@@ -143,6 +146,46 @@ def test_by_victim_and_by_surrogate_read_the_same_records(tmp_path):
     r = claims_table(spec, runs).iloc[0]
     for k in ("n_pairs", "diff", "p", "ci_low", "ci_high"):
         assert r[f"cpu_{k}"] == pytest.approx(by_attack[f"cpu_{k}"]), k
+
+
+def test_by_lineage_pairs_each_surrogate_replicate_with_its_own_descendant(tmp_path):
+    """AdaptGuard's question: replicate r's examples on its own descendant ``desc@r<r>`` against the
+    same recipe descended from the other source replicate. make_run's victims are renamed so that
+    replicate r's resnet_a outcomes are its own descendant's and its densenet_b outcomes the other
+    lineage's: the claim must pair exactly those, image by image, never r's own with r's own."""
+    from test_compare import _outcomes
+
+    runs = tmp_path / "runs"
+    run = make_run(runs / "cpu" / "synthetic", replicates=2)
+    name = lambda r: "desc" if r == 0 else f"desc@r{r}"  # noqa: E731
+    rename = {r: {"resnet_a": name(r), "densenet_b": name(1 - r)} for r in (0, 1)}
+    df = pd.read_parquet(run / "results.parquet")
+    df["victim"] = [rename[int(r)][v] for r, v in zip(df["replicate"], df["victim"])]
+    df.to_parquet(run / "results.parquet", index=False)
+    for r in (0, 1):
+        for cell in (f"cwa{r}a", f"mifgsm{r}b"):
+            f = run / "samples" / f"{cell}.parquet"
+            s = pd.read_parquet(f)
+            s["victim"] = s["victim"].map(rename[r])
+            s.to_parquet(f, index=False)
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="lineage", a="desc", b=None, attack="cwa"))
+    r = claims_table(spec, runs).iloc[0]
+    own_fooled = other_fooled = pairs = 0
+    per_rep = []
+    for rep in (0, 1):
+        c_own, s_own = _outcomes("resnet_a", "a", drop=2 * rep)
+        c_oth, s_oth = _outcomes("densenet_b", "a", drop=2 * rep)
+        both = c_own & c_oth
+        own_fooled += int((s_own & both).sum())
+        other_fooled += int((s_oth & both).sum())
+        pairs += int(both.sum())
+        per_rep.append(((s_own & both).sum() - (s_oth & both).sum()) / both.sum())
+    assert r["cpu_n_pairs"] == pairs and r["cpu_n_replicates"] == 2
+    assert (r["cpu_asr_a"], r["cpu_asr_b"]) == pytest.approx((own_fooled / pairs, other_fooled / pairs))
+    assert r["cpu_diff"] == pytest.approx((own_fooled - other_fooled) / pairs)
+    assert (r["cpu_rep_min"], r["cpu_rep_max"]) == pytest.approx((min(per_rep), max(per_rep)))
+    assert r["cpu_verdict"] == "holds"  # 80 vs 25 of 150 in replicate 0: far past any noise
+    assert spec.claims[0].b == "desc (other lineages)"
 
 
 def test_a_baseline_may_be_the_claimed_winner(tmp_path):

@@ -11,6 +11,12 @@ one paired comparison in that run:
 - ``by: victim``: victim ``a`` resists the same adversarial images better than victim ``b`` (the
   difference is ASR on ``b`` − ASR on ``a``), under one attack label (or every attack of the run);
   victim replicates ``a@rk`` and ``b@rk`` are paired;
+- ``by: lineage``: the adversarial images of a surrogate replicate fool its *own* descendant (victim
+  ``a@rk`` for surrogate replicate k: the model fine-tuned or adapted from that very source) more
+  than the same recipe descended from another source replicate (``a@rj``, j ≠ k), under one attack
+  label: the AdaptGuard question, whether a perturbation survives through the inherited weights
+  rather than through the recipe. ``b`` is not given (it is ``a`` of the other lineages). Pairs are
+  (cell, image) with both descendants right on the clean image;
 - ``by: whitebox``: an attack against a baseline at equal white-box success rather than at equal
   ε. One side is ``ladder:<label>``: that baseline runs at a ladder of radii in the run of the
   claim's ``ladder`` grid (same surrogates, images and victims, each surrogate also a victim); the
@@ -82,7 +88,7 @@ from ..stats import compare_paired, holm
 from .compare import Samples, paired_hits, paired_outcomes
 
 ALPHA = 0.05
-BY = ("attack", "surrogate", "victim", "whitebox")
+BY = ("attack", "surrogate", "victim", "lineage", "whitebox")
 _KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "surrogates", "victims",
          "paper_number", "min_gain", "id", "sizes", "ladder", "regimes", "paper_regime", "paper_source")
 #: the regime every claim is measured in: the grids as their files say
@@ -242,11 +248,16 @@ def _parse_claim(e: dict, cid: str, where: str, sizes: list[str], regimes: dict[
     unknown = sorted(set(e) - set(_KEYS))
     if unknown:
         raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; keys: {', '.join(_KEYS)}")
-    for key in ("id", "claim", "paper", "grid", "by", "a", "b", "eps"):
+    for key in ("id", "claim", "paper", "grid", "by", "a", "eps"):
         if not e.get(key):
             raise UserError(f"{where}: `{key}` is required")
     if e["by"] not in BY:
-        raise UserError(f"{where}: `by` must be attack, surrogate, victim or whitebox, got {e['by']!r}")
+        raise UserError(f"{where}: `by` must be {', '.join(BY[:-1])} or {BY[-1]}, got {e['by']!r}")
+    if (e["by"] == "lineage") == bool(e.get("b")):
+        raise UserError(f"{where}: " + ("a lineage claim compares victim `a`'s own lineage with its other lineages; "
+                                        "leave `b` out" if e.get("b") else "`b` is required"))
+    if e["by"] == "lineage" and not e.get("attack"):
+        raise UserError(f"{where}: a lineage claim names the attack label it compares under (`attack:`)")
     if (e["by"] == "whitebox") != bool(e.get("ladder")):
         raise UserError(f"{where}: " + ("a whitebox claim names the grid of its baseline's ladder of radii "
                                         "(`ladder:`, e.g. repr-vs-data)" if e["by"] == "whitebox" else
@@ -283,7 +294,8 @@ def _parse_claim(e: dict, cid: str, where: str, sizes: list[str], regimes: dict[
         raise UserError(f"{where}: paper_regime {paper_regime!r} is not one of the claim's regimes "
                         f"({', '.join(r for r, _ in claim_regimes)}); list it under `regimes:`")
     return Claim(id=cid, claim=str(e["claim"]), paper=str(e["paper"]), setting=str(e.get("setting", "")),
-                 grid=str(e["grid"]), by=e["by"], a=str(e["a"]), b=str(e["b"]), eps=eps,
+                 grid=str(e["grid"]), by=e["by"], a=str(e["a"]),
+                 b=str(e["a"]) + " (other lineages)" if e["by"] == "lineage" else str(e["b"]), eps=eps,
                  eps_str=str(e["eps"]), attack=e.get("attack"), surrogates=tup(e.get("surrogates")),
                  victims=tup(e.get("victims")), paper_number=e.get("paper_number"),
                  min_gain=float(gain), sizes=tuple(sized),
@@ -404,10 +416,14 @@ def claim_rows(df: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, pd.DataFra
     """The A rows and the B rows of ``claim`` in one run's results (held-out victims only, see
     :func:`held_out`) and the columns that pair them."""
     df = held_out(_at_eps(df, claim.eps))
-    if claim.by == "victim":
+    if claim.by in ("victim", "lineage"):
         df = df[df["attack_label"] == claim.attack] if claim.attack else df
         parts = df["victim"].map(_victim_base)
         df = df.assign(victim_base=[p[0] for p in parts], victim_rep=[p[1] for p in parts])
+        if claim.by == "lineage":  # own descendant (its replicate is the surrogate's) vs the others
+            df = df[df["victim_base"] == claim.a]
+            own = df["victim_rep"].to_numpy() == df["replicate"].astype(int).to_numpy()
+            return df[own], df[~own], ["cell_id"]
         a, b = df[df["victim_base"] == claim.a], df[df["victim_base"] == claim.b]
         return a, b, ["cell_id", "victim_rep"]
     if claim.victims is not None:
@@ -516,14 +532,15 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
     if m.empty:
         raise UserError(f"{what}: rows of {claim.a!r} and {claim.b!r} share no ({', '.join(keys)})")
     by_victim = claim.by == "victim"
+    two_victims = claim.by in ("victim", "lineage")  # one cell, two victims a row
     samples = Samples(run_dir)
     sa, sb, strata, cluster, reps = [], [], [], [], []
     every: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = []  # all-images pairs
     labels: dict[tuple, int] = {}
     for _, r in m.iterrows():
-        cell_a, cell_b = (r["cell_id"], r["cell_id"]) if by_victim else (r["cell_id_a"], r["cell_id_b"])
-        ta = samples.get(cell_a, r["victim_a" if by_victim else "victim"])
-        tb = samples.get(cell_b, r["victim_b" if by_victim else "victim"])
+        cell_a, cell_b = (r["cell_id"], r["cell_id"]) if two_victims else (r["cell_id_a"], r["cell_id_b"])
+        ta = samples.get(cell_a, r["victim_a" if two_victims else "victim"])
+        tb = samples.get(cell_b, r["victim_b" if two_victims else "victim"])
         idx, xa, xb = paired_outcomes(ta, tb)
         hits = paired_hits(ta, tb)
         if by_victim:  # "a resists better": A's success is the image fooling b, B's fooling a
@@ -534,7 +551,8 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
         sb.append(xb)
         strata.append(np.full(idx.shape, s))
         cluster.append(idx)
-        reps.append(np.full(idx.shape, int(r["victim_rep"] if by_victim else r["replicate"])))
+        reps.append(np.full(idx.shape, int(r["victim_rep"] if by_victim else
+                                           r["replicate_a"] if two_victims else r["replicate"])))
         every = None if every is None or hits is None else every + [(*hits, np.full(hits[0].shape, s))]
     cat = np.concatenate
     sa, sb, strata, cluster, reps = cat(sa), cat(sb), cat(strata), cat(cluster), cat(reps)
@@ -546,7 +564,7 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
     out = {
         "n_pairs": res.n_pairs, "asr_a": res.asr_a, "asr_b": res.asr_b, "diff": res.diff,
         "ci_low": res.diff_ci_low, "ci_high": res.diff_ci_high, "p": res.p_mcnemar,
-        "n_victims": int(m["victim_a" if by_victim else "victim"].nunique()), "n_replicates": len(per_rep),
+        "n_victims": int(m["victim_a" if two_victims else "victim"].nunique()), "n_replicates": len(per_rep),
         "rep_min": float(min(per_rep)), "rep_max": float(max(per_rep)),
         "grad_evals_a": float(m["grad_evals_a"].mean()), "grad_evals_b": float(m["grad_evals_b"].mean()),
     }
