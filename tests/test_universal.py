@@ -134,7 +134,7 @@ def test_universal_cells_through_the_grid(tmp_path, trained):
 
 def test_xtransfer_on_a_pool_of_one_is_sgd_uap(trained, craft_images):
     # grids/universal.yaml compares X-Transfer on the ensemble with X-Transfer on its ResNet-20
-    # alone (claim u2) and reads the latter as the single-surrogate UAP: the bandit has one arm,
+    # alone (claim uap_ensemble) and reads the latter as the single-surrogate UAP (claim uap_vs_image too): the bandit has one arm,
     # so every update must be SGD-UAP's, to the bit, at the same seed
     xc, yc, _ = craft_images
     S = SurrogateSet([trained("resnet20_a")], ["resnet20_a"])
