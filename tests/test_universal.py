@@ -134,8 +134,9 @@ def test_universal_cells_through_the_grid(tmp_path, trained):
 
 def test_xtransfer_on_a_pool_of_one_is_sgd_uap(trained, craft_images):
     # grids/universal.yaml compares X-Transfer on the ensemble with X-Transfer on its ResNet-20
-    # alone (claim uap_ensemble) and reads the latter as the single-surrogate UAP (claim uap_vs_image too): the bandit has one arm,
-    # so every update must be SGD-UAP's, to the bit, at the same seed
+    # alone (claim uap_ensemble) and reads the latter as the single-surrogate UAP (claims
+    # uap_ensemble and uap_vs_image): the bandit has one arm, so every update must be SGD-UAP's,
+    # to the bit, at the same seed
     xc, yc, _ = craft_images
     S = SurrogateSet([trained("resnet20_a")], ["resnet20_a"])
     kw = dict(eps=8 / 255, steps=6, batch=40, n_craft=200, seed=3)
