@@ -186,6 +186,25 @@ def test_by_lineage_pairs_each_surrogate_replicate_with_its_own_descendant(tmp_p
     assert (r["cpu_rep_min"], r["cpu_rep_max"]) == pytest.approx((min(per_rep), max(per_rep)))
     assert r["cpu_verdict"] == "holds"  # 80 vs 25 of 150 in replicate 0: far past any noise
     assert spec.claims[0].b == "desc (other lineages)"
+    # with catalogue models the name rule is checked against the catalogue's init_from chain:
+    # src_resnet@r<k>'s fine-tuned descendant is src_resnet_ft_colour@r<k> (victims/adaptation.yaml)
+    df = pd.read_parquet(run / "results.parquet")
+    real = df.assign(surrogate=df["surrogate"].str.replace("ens3", "src_resnet"),
+                     victim=df["victim"].str.replace("desc", "src_resnet_ft_colour"))
+    real.to_parquet(run / "results.parquet", index=False)
+    for r in (0, 1):
+        for cell in (f"cwa{r}a", f"mifgsm{r}b"):
+            f = run / "samples" / f"{cell}.parquet"
+            smp = pd.read_parquet(f)
+            smp["victim"] = smp["victim"].str.replace("desc", "src_resnet_ft_colour")
+            smp.to_parquet(f, index=False)
+    spec = load_claims(_spec(tmp_path, sizes="[cpu]", by="lineage", a="src_resnet_ft_colour", b=None, attack="cwa"))
+    assert claims_table(spec, runs).iloc[0]["cpu_diff"] == pytest.approx((own_fooled - other_fooled) / pairs)
+    # a run whose replicate names cross the lineages (source r0 beside descendant @r1) is refused
+    swap = {"src_resnet": "src_resnet@r1", "src_resnet@r1": "src_resnet"}
+    real.assign(surrogate=real["surrogate"].map(swap)).to_parquet(run / "results.parquet", index=False)
+    with pytest.raises(UserError, match="does not continue from surrogate"):
+        claims_table(spec, runs)
 
 
 def test_a_baseline_may_be_the_claimed_winner(tmp_path):

@@ -518,12 +518,29 @@ def evaluate_whitebox_claim(claim: Claim, run_dir: str | Path, ladder_dir: str |
     }
 
 
+def check_lineage(own: pd.DataFrame, what: str) -> None:
+    """``by: lineage`` pairs surrogate replicate k with victim replicate k by name; where the
+    catalogue declares the victim, check that it really continues from that surrogate's weights
+    (``init_from``, :func:`~advtransfer.analysis.measures.mismatch.relation`), else one line."""
+    from ...models.catalogue import load_specs, split_replicate
+    from .mismatch import relation
+
+    specs = load_specs()
+    size = own["zoo_size"] if "zoo_size" in own else pd.Series("cpu", index=own.index)
+    for sur, vic, sz in set(zip(own["surrogate"], own["victim"], size)):
+        if split_replicate(vic)[0] in specs and relation(sur, vic, specs, str(sz)) != "descendant":
+            raise UserError(f"{what}: victim {vic!r} does not continue from surrogate {sur!r} in the catalogue "
+                            "(init_from); a lineage claim pairs each source replicate with its own descendant")
+
+
 def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str, Any]:
     """The pooled paired comparison of ``claim`` in one run folder (rates in [0, 1]); raises a
     one-line :class:`UserError` when the run lacks the rows the claim needs."""
     df = read_results(run_dir)
     a, b, keys = claim_rows(df, claim)
     what = f"claim {claim.id!r}: {run_dir}"
+    if claim.by == "lineage" and not a.empty:
+        check_lineage(a, what)
     if a.empty or b.empty:
         side = claim.a if a.empty else claim.b
         raise UserError(f"{what} has no held-out rows of {side!r} at eps {claim.eps_str}; "
