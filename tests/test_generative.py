@@ -242,6 +242,64 @@ def test_pdcl_runs_with_a_tiny_clip(tiny_clip_zoo, trained, train_images):
     assert float((x_adv - xt[:8]).abs().max()) <= 8 / 255 + 1e-6
 
 
+# --- the held-out curve and the plateau rule ------------------------------------------------------------
+def test_plateau_rule():
+    """The rule fires once ``patience`` points in a row stay under the best before them + gain, and
+    names that best point (the first on ties); a rise of exactly ``gain`` counts as a gain."""
+    from advtransfer.attacks.generative import plateau
+
+    assert plateau([0.1, 0.2], 2, 0.01) is None                  # too few points to know
+    assert plateau([0.1, 0.3, 0.305, 0.309], 2, 0.01) == 1       # two points under 0.31 after the best 0.3
+    assert plateau([0.1, 0.3, 0.305, 0.31], 2, 0.01) is None     # 0.31 = 0.30 + gain: still rising
+    assert plateau([0.1, 0.3, 0.2, 0.3, 0.25], 3, 0.01) == 1     # a tie is no gain: the first best is named
+    assert plateau([0.5, 0.4, 0.45], 2, 0.0) == 0                # a falling curve flattened at its start
+    assert plateau([0.1, 0.2, 0.3, 0.4], 1, 0.05) is None        # rising by 10 points a step never flattens
+
+
+def test_curve_leaves_training_alone_and_plateau_stops_early(trained, train_images):
+    """Measuring the held-out curve does not change what trains (the same weights bit for bit as
+    without a curve); the curve has a point before the first update and every curve_every updates,
+    with the surrogate passes spent so far; a plateau stop with an unreachable gain stops after
+    ``patience`` points past the first and leaves exactly the generator of that shorter budget."""
+    model = trained("resnet20_a")
+    xt, yt, _ = train_images
+    S = SurrogateSet([model], ["resnet20_a"])
+    tiny = {**TINY, "n_craft": 800}
+    held = (xt[800:], yt[800:])
+    plain, info0 = create_attack("cda", steps=30, **tiny).train(S, xt[:800], yt[:800])
+    atk = create_attack("cda", steps=30, curve_every=10, curve_n=200, **tiny)
+    G, info = atk.train(S, xt[:800], yt[:800], held=held)
+    for a, b in zip(plain.state_dict().values(), G.state_dict().values()):
+        assert torch.equal(a, b)
+    assert info0["curve"] == [] and info0["updates"] == 30
+    assert [c[0] for c in info["curve"]] == [0, 10, 20, 30] and [c[1] for c in info["curve"]] == [0, 320, 640, 960]
+    assert all(0.0 <= c[2] <= 1.0 for c in info["curve"]) and info["updates"] == 30
+    # the first point is the untrained generator's rate, the one fit_rate gives for it
+    fresh = create_attack("cda", steps=30, **tiny)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(fresh.seed)
+        G0 = fresh.build(10, None)
+    G0.eval()
+    assert info["curve"][0][2] == pytest.approx(fresh.fit_rate(G0, S, *held, "cpu", 250, 10))
+    # gain 1.0 (a hundred points) can never be met: two points past the first, training stops
+    stop = create_attack("cda", steps=30, curve_every=10, curve_n=200, stop="plateau", patience=2,
+                         plateau_gain=1.0, **tiny)
+    Gs, infos = stop.train(S, xt[:800], yt[:800], held=held)
+    assert infos["updates"] == 20 and infos["plateau_at"] == 0 and len(infos["curve"]) == 3
+    assert infos["passes"] == 20 * 32
+    short, _ = create_attack("cda", steps=20, **tiny).train(S, xt[:800], yt[:800])
+    for a, b in zip(short.state_dict().values(), Gs.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_curve_parameters_only_in_a_curved_cell_id():
+    """Without a curve the curve's parameters are not recorded, so cells made before they existed
+    keep their ids; with one, all five are."""
+    keys = {"curve_every", "curve_n", "stop", "patience", "plateau_gain"}
+    assert not keys & set(create_attack("cda").params())
+    assert keys <= set(create_attack("cda", curve_every=100).params())
+
+
 # --- parameters ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,kw,match", [
     ("cgnc", {"targeted": False}, "needs targeted: true"),
@@ -257,6 +315,9 @@ def test_pdcl_runs_with_a_tiny_clip(tiny_clip_zoo, trained, train_images):
     ("cgnc", {"target": "least_likely"}, "random or one class"),
     ("dual_flow", {"flow_steps": 0}, "flow_steps"),
     ("facl", {"band_low": 0.6, "band_high": 0.5}, "band_low must lie below band_high"),
+    ("cda", {"stop": "plateau"}, "stop plateau reads the held-out curve"),
+    ("cda", {"stop": "early"}, "stop must be one of"),
+    ("cda", {"curve_every": -1}, "curve_every must be an integer >= 0"),
 ])
 def test_bad_generator_parameters(name, kw, match):
     with pytest.raises(UserError, match=match):
@@ -360,3 +421,43 @@ def test_generative_cells_through_the_grid(tmp_path, trained):
     html = (out / "report" / "report.html").read_text()
     assert "Generative attacks: compute" in html and "Targeted attacks per target class" in html
     assert "Generative attacks: held-out transfer" in html and "held out, pooled" in html
+
+
+def test_generator_curve_through_the_grid(tmp_path, trained, capsys):
+    """A generative cell with a held-out curve: its row carries the curve (points every curve_every
+    updates with the passes spent), the updates made and where it flattened; the report tabulates
+    it and shows the curve's figure. A curve that needs more held-out images than the training
+    split has stops the grid with one line and exit 2 before anything is crafted."""
+    from advtransfer.cli import main
+    from advtransfer.run.store import RunStore
+
+    trained("resnet20_a"), trained("resnet20_b")
+    gen = {"n_craft": 64, "batch": 16, "width": 4, "blocks": 1, "steps": 6, "curve_every": 2, "curve_n": 40,
+           "stop": "plateau", "patience": 2, "plateau_gain": 1.0}
+    grid = {"name": "gen_curve_test", "dataset": "cifar10", "n": 30, "size": "ci", "batch_size": 30,
+            "eps": ["8/255"], "attacks": {"cda_curve": {"attack": "cda", **gen}},
+            "surrogates": ["resnet20_a"], "victims": ["resnet20_a", "resnet20_b"]}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    out = tmp_path / "run"
+    assert main(["grid", str(path), "--out", str(out), "--no-progress"]) == 0
+    df = RunStore(out).read_results()
+    assert len(df) == 2
+    r = df.iloc[0]
+    curve = json.loads(r["gen_curve"])
+    # gain 1.0 is never met: points at 0, 2, 4 updates, then the rule stops it (6 would be the budget)
+    assert [c[0] for c in curve] == [0, 2, 4] and [c[1] for c in curve] == [0, 32, 64]
+    assert r["gen_updates"] == 4 and r["gen_plateau_at"] == 0 and r["surrogate_passes"] == 64
+    assert json.loads(r["attack_params"])["curve_n"] == 40
+    assert (out / "figures" / "gen_curve_cda_curve_eps8-255.png").exists()
+    html = (out / "report" / "report.html").read_text()
+    assert "where the held-out curve flattened" in html and "gen_curve_cda_curve_eps8-255.png" in html
+    # 49,990 crafting + 40 held-out images need more than the 50,000 training images
+    bad = {**grid, "attacks": {"cda_curve": {"attack": "cda", **gen, "n_craft": 49990}}}
+    path.write_text(yaml.safe_dump(bad))
+    out2 = tmp_path / "run2"
+    capsys.readouterr()
+    assert main(["grid", str(path), "--out", str(out2), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "curve_n 40 held-out images = 50030 exceed the 50000 training images" in err[0], err
+    assert not (out2 / "adv").exists() or not any((out2 / "adv").iterdir())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -67,7 +68,68 @@ def plot_run(run_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> 
 
     run_dir = Path(run_dir)
     df = RunStore(run_dir).read_results()
-    return plot_matrices(df, run_dir / "figures", formats) + plot_uaps(run_dir, df)
+    return plot_matrices(df, run_dir / "figures", formats) + plot_uaps(run_dir, df) + plot_gen_curves(run_dir, df)
+
+
+def gen_curves(df) -> list[tuple[Any, list[list[float]]]]:
+    """The generative cells of a results table that drew a held-out curve: (the cell's first row,
+    its curve as ``[[updates, surrogate passes, held-out fooling rate], ...]``), by attack label,
+    surrogate, ε and seed."""
+    if "gen_curve" not in df.columns:
+        return []
+    sel = df[df["gen_curve"].fillna("").astype(str).str.startswith("[")]
+    keys = [k for k in ("cell_id",) if k in sel.columns] or ["attack_label", "surrogate", "eps_str", "seed"]
+    cells = sel.drop_duplicates(keys).sort_values(["attack_label", "surrogate", "eps", "seed"], kind="stable")
+    return [(r, json.loads(r["gen_curve"])) for _, r in cells.iterrows()]
+
+
+def plot_gen_curves(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """One figure per (attack label, ε) of a run with held-out generator curves: the surrogate
+    set's fooling rate (targeted: target hit rate) on the held-out training images against
+    optimiser updates, one line per surrogate and seed, the plateau rule's point marked (○) and the
+    last update (where training stopped) at the line's end; a second axis of surrogate passes
+    (millions) along the top."""
+    curves = gen_curves(df)
+    if not curves:
+        return []
+    plt = pyplot()
+    written: list[Path] = []
+    groups: dict[tuple[str, str], list] = {}
+    for r, c in curves:
+        groups.setdefault((str(r["attack_label"]), str(r["eps_str"])), []).append((r, c))
+    for (label, eps_str), items in groups.items():
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        per_update = None
+        for r, c in items:
+            u = [p[0] for p in c]
+            rate = [100 * p[2] for p in c]
+            name = str(r["surrogate"]) + (f" seed {int(r['seed'])}" if len({int(i['seed']) for i, _ in items}) > 1 else "")
+            line, = ax.plot(u, rate, marker=".", markersize=3, linewidth=1.2, label=name)
+            at = r.get("gen_plateau_at")
+            if at is not None and not pd.isna(at) and int(at) in u:
+                k = u.index(int(at))
+                ax.plot([u[k]], [rate[k]], marker="o", markersize=8, fillstyle="none", color=line.get_color())
+            if len(c) > 1 and c[-1][0] > 0:
+                per_update = c[-1][1] / c[-1][0]
+        ax.set_xlabel("generator updates")
+        ax.set_ylabel("held-out fooling rate % (surrogate set)" if not bool(items[0][0]["targeted"])
+                      else "held-out target hit rate % (surrogate set)")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        if per_update:
+            top = ax.secondary_xaxis("top", functions=(lambda x, k=per_update: x * k / 1e6,
+                                                       lambda m, k=per_update: m * 1e6 / k))
+            top.set_xlabel("surrogate passes (millions)", fontsize=8)
+            top.tick_params(labelsize=7)
+        r0 = items[0][0]
+        n_held = json.loads(r0["attack_params"]).get("curve_n", "") if "attack_params" in r0 else ""
+        ax.set_title(f"{label} at {eps_str}: held-out curve on {n_held} training images after the first "
+                     f"{int(r0['n_craft'])} (○ where it flattened)", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        written += save_figure(fig, Path(run_dir) / "figures", f"gen_curve_{label}_eps{eps_str.replace('/', '-')}",
+                               formats)
+    return written
 
 
 def plot_matrices(df: pd.DataFrame, out_dir: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:

@@ -28,6 +28,7 @@ clip`` — the CLIP text embedding of c's class name (the zero-shot head of the 
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any, Callable
@@ -50,6 +51,10 @@ from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, coun
 #: maximised (targeted only)
 OBJECTIVES = ("feature", "rce", "ce", "logit")
 CONDS = ("label", "clip")
+#: when training stops (``stop``): ``budget`` after ``steps`` updates; ``plateau`` once the held-out
+#: fooling rate has not risen by ``plateau_gain`` over its best for ``patience`` curve points in a
+#: row (``steps`` is then the cap), see :func:`plateau`
+STOPS = ("budget", "plateau")
 
 
 class Conditioned(nn.Module):
@@ -98,11 +103,39 @@ class GenerativeAttack(Attack):
                                  "width": Param(16, "int", lo=1, doc="generator channels"),
                                  "blocks": Param(2, "int", lo=1, doc="residual blocks of the generator"),
                                  "objective": Param("", "choice", choices=("", *OBJECTIVES), doc="training loss ('': the attack's default)"),
-                                 "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the feature objective's layer")}
+                                 "layer": Param("auto", "layer", choices=SPECIAL_LAYERS, doc="the feature objective's layer"),
+                                 "curve_every": Param(0, "int", lo=0, doc="updates between measurements of the held-out fooling rate (0: no curve)"),
+                                 "curve_n": Param(1000, "int", lo=1, doc="held-out training images of the curve: those after the first n_craft"),
+                                 "stop": Param("budget", "choice", choices=STOPS, doc="budget: train for steps updates; plateau: stop earlier once the curve has flattened"),
+                                 "patience": Param(4, "int", lo=1, doc="plateau: curve points in a row without a gain that stop the training"),
+                                 "plateau_gain": Param(0.01, "number", lo=0, doc="plateau: the least rise of the held-out fooling rate over its best so far that counts as a gain (0.01: one point)")}
+    #: parameters of the held-out curve, recorded (and in the cell id) only when a curve is drawn
+    CURVE_KEYS = ("curve_every", "curve_n", "stop", "patience", "plateau_gain")
 
     def uses(self, key: str) -> bool:
-        """``layer`` is read only by the feature objective."""
+        """``layer`` is read only by the feature objective, the curve's parameters only with a curve."""
+        if key in self.CURVE_KEYS and key != "curve_every":
+            return bool(self.extra["curve_every"])
         return key != "layer" or self.extra["objective"] == "feature"
+
+    def params(self) -> dict[str, Any]:
+        """As :meth:`Attack.params`, without the curve's parameters when no curve is drawn (so the
+        cells of runs made before the curve existed keep their ids)."""
+        out = super().params()
+        if not self.extra["curve_every"]:
+            for k in self.CURVE_KEYS:
+                out.pop(k, None)
+        return out
+
+    def check(self, cell: Any) -> None:
+        """The declared checks, and that the curve's held-out images fit the training split
+        after the n_craft the generator learns on."""
+        super().check(cell)
+        n_train = getattr(cell, "n_train", None)
+        need = self.extra["n_craft"] + self.extra["curve_n"]
+        if self.extra["curve_every"] and n_train is not None and need > n_train:
+            raise UserError(f"attack {self.name!r}: n_craft {self.extra['n_craft']} + curve_n {self.extra['curve_n']} "
+                            f"held-out images = {need} exceed the {n_train} training images; lower n_craft or curve_n")
 
     def init_extra(self, **kwargs: Any) -> dict[str, Any]:
         extra = take_extra(self, kwargs)
@@ -120,6 +153,10 @@ class GenerativeAttack(Attack):
                 raise UserError(f"attack {self.name!r}: cond clip needs clip: <zoo entry of an open_clip model>")
         if self.target == "least_likely":
             raise UserError(f"attack {self.name!r}: a generator's targets are random or one class, not least_likely")
+        if extra["stop"] == "plateau" and not extra["curve_every"]:
+            raise UserError(f"attack {self.name!r}: stop plateau reads the held-out curve; set curve_every: <updates "
+                            f"between measurements> (e.g. 500)")
+        extra["plateau_gain"] = float(extra["plateau_gain"])
         if self.targeted and not self.conditional and not _is_class(self.target):
             raise UserError(f"attack {self.name!r}: a single-target generator aims at one class: set target: <class "
                             f"index> (or target: all in a grid); cgnc and dual_flow take a target per image")
@@ -204,13 +241,22 @@ class GenerativeAttack(Attack):
     # --- the loop ---------------------------------------------------------------------------
     def train(self, S: SurrogateSet, x: torch.Tensor, y: torch.Tensor, device: str = "cpu",
               table: torch.Tensor | None = None, aux: dict[str, nn.Module] | None = None,
-              log: Callable[[str], None] | None = None) -> tuple[nn.Module, dict[str, Any]]:
+              log: Callable[[str], None] | None = None,
+              held: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[nn.Module, dict[str, Any]]:
         """Train the generator on images ``x`` (N×C×H×W in [0,1], any device) with true labels
         ``y``. ``table``: fixed condition vectors (classes×D) for ``cond: clip``; ``aux``: further
-        models the attack uses (a CLIP model). Returns (the generator in eval mode, training info:
+        models the attack uses (a CLIP model); ``held``: images and labels never trained on, for
+        the curve (``curve_every`` > 0). Returns (the generator in eval mode, training info:
         ``evals_per_image``, ``train_s``, ``loss_first``/``loss_last`` (mean of the first/last
-        10% of updates), ``params``, and what the kind records, e.g. PDCL's ``prompt_losses``).
-        The surrogate set is bound for this training run only; it is not changed."""
+        10% of updates), ``params``, ``updates`` (made; fewer than ``steps`` when the plateau
+        rule stopped the training), ``curve`` (``[updates, surrogate passes, held-out fooling
+        rate]`` before the first update and every ``curve_every`` updates; empty without a curve),
+        ``plateau_at`` (the updates of the curve point it flattened after, None if it did not),
+        and what the kind records, e.g. PDCL's ``prompt_losses``).
+
+        Measuring the curve draws no randomness and leaves the generator's weights and batch-norm
+        statistics alone (eval mode), so a curve does not change what a budget-stopped run
+        trains. The surrogate set is bound for this training run only; it is not changed."""
         S = S.bind(self.objective())
         n, bs = len(x), min(self.extra["batch"], len(x))
         with torch.no_grad():
@@ -230,10 +276,32 @@ class GenerativeAttack(Attack):
         for m, name in zip(layer_models, S.names):
             check_plain(m, name, f"attack {self.name!r} trains on one network's layer features (objective feature): "
                                  f"use a plain surrogate, or a logit objective (cda, cgnc, dual_flow)")
+        every = int(self.extra["curve_every"])
+        if every and held is None:
+            raise UserError(f"attack {self.name!r}: curve_every needs held-out training images; run it in a grid "
+                            f"(the images after the first n_craft) or set curve_every: 0")
+        curve: list[list[float]] = []
+        plateau_at: int | None = None
+        updates = 0
+
+        def measure(done: int) -> int | None:
+            """Add the curve point after ``done`` updates; the plateau's point if the rule stops here."""
+            G.eval()
+            rate = self.fit_rate(G, S, held[0], held[1], device, max(bs, 250), n_classes)
+            curve.append([done, st.evals, rate])
+            if log is not None:
+                log(f"  {self.name}: {done} updates, held-out fooling rate {100 * rate:.1f}%")
+            if self.extra["stop"] != "plateau":
+                return None
+            at = plateau([c[2] for c in curve], int(self.extra["patience"]), self.extra["plateau_gain"])
+            return None if at is None else int(curve[at][0])
+
         with taps(layer_models, self.extra["layer"], S.names, tuple(x.shape[1:])) as T:
             st.taps = T
             self.start(st)
             params = [p for p in G.parameters() if p.requires_grad]
+            if every:
+                measure(0)
             for step in range(self.steps):
                 if pos + bs > n:
                     order, pos = torch.randperm(n, generator=gen), 0
@@ -248,14 +316,50 @@ class GenerativeAttack(Attack):
                 S.advance()
                 G.train()
                 losses.append(self.update(G, opt, params, st, xb, yb, tb))
-                if log is not None and (step + 1) % max(1, self.steps // 5) == 0:
-                    log(f"  {self.name}: update {step + 1}/{self.steps}, loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+                updates = step + 1
+                if log is not None and updates % max(1, self.steps // 5) == 0:
+                    log(f"  {self.name}: update {updates}/{self.steps}, loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+                if every and (updates % every == 0 or updates == self.steps):
+                    plateau_at = measure(updates)
+                    if plateau_at is not None:
+                        if log is not None:
+                            log(f"  {self.name}: the held-out fooling rate flattened after {plateau_at} updates; "
+                                f"stopped at {updates}")
+                        break
         G.eval()
+        if every and plateau_at is None:  # where the rule would have stopped a budget-stopped run, if anywhere
+            for j in range(1, len(curve) + 1):
+                at = plateau([c[2] for c in curve[:j]], int(self.extra["patience"]), self.extra["plateau_gain"])
+                if at is not None:
+                    plateau_at = int(curve[at][0])
+                    break
         k = max(1, len(losses) // 10)
         info = {"evals_per_image": math.ceil(st.evals / n), "train_s": time.perf_counter() - t0,
                 "loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k, "params": count_params(G),
-                "passes": st.evals, "aux_passes": st.aux_passes, **st.info}
+                "passes": st.evals, "aux_passes": st.aux_passes, "updates": updates, "curve": curve,
+                "plateau_at": plateau_at, **st.info}
         return G, info
+
+    def fit_rate(self, G: nn.Module, S: SurrogateSet | SurrogateCall, xs: torch.Tensor, ys: torch.Tensor, device: str,
+                 batch_size: int, n_classes: int, index: torch.Tensor | None = None) -> float:
+        """The surrogate set's fooling rate (targeted: target hit rate) on generator G's examples of
+        images ``xs`` (N×C×H×W in [0,1]) with labels ``ys``, over the images it classifies
+        correctly (targeted: and whose target is not their label). A targeted generator aims at
+        :func:`make_targets` of (seed + 1, ``index``: 0..N−1 by default) or its one class."""
+        ts = None
+        if self.targeted:
+            from .base import make_targets
+
+            ts = (torch.full_like(ys, self.target) if _is_class(self.target) else
+                  make_targets(ys, torch.arange(len(ys)) if index is None else index, self.seed + 1, n_classes))
+        from ..core.metrics import predict_batched
+
+        xa = self.apply(G, xs, ts, batch_size, device)
+        pc = predict_batched(S.predict, xs, batch_size, device)
+        pa = predict_batched(S.predict, xa, batch_size, device)
+        ok = (pc == ys) & (ts != ys) if self.targeted else pc == ys  # an image of the target class cannot show a hit
+        hit = (pa == ts) if self.targeted else (pa != ys)
+        return float((hit & ok).sum() / ok.sum().clamp_min(1))
 
     def update(self, G: nn.Module, opt: torch.optim.Optimizer, params: list[torch.Tensor], st: "TrainState",
                x: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None) -> float:
@@ -317,10 +421,13 @@ class GenerativeAttack(Attack):
         ``gen_train_s``."""
         if ctx.train_data is None:
             raise UserError(f"attack {self.name!r} trains a generator on training images; this context has none")
-        x_tr, y_tr, _ = ctx.train_data(self.extra["n_craft"])
+        n_craft, n_held = self.extra["n_craft"], self.extra["curve_n"] if self.extra["curve_every"] else 0
+        x_tr, y_tr, _ = ctx.train_data(n_craft + n_held)
+        held = (x_tr[n_craft:], y_tr[n_craft:]) if n_held else None
+        x_tr, y_tr = x_tr[:n_craft], y_tr[:n_craft]
         table, aux = self.condition_table(ctx)
         t0 = time.perf_counter()
-        G, info = self.train(S, x_tr, y_tr, ctx.device, table, aux, ctx.log)
+        G, info = self.train(S, x_tr, y_tr, ctx.device, table, aux, ctx.log, held)
         x, y, index = ctx.x, ctx.y, ctx.index
         target = None
         if self.targeted:
@@ -332,29 +439,20 @@ class GenerativeAttack(Attack):
         craft_s = time.perf_counter() - t0
         # how well the generator fits its training images (surrogate set, the first CRAFT_FIT_IMAGES)
         xs, ys = x_tr[:CRAFT_FIT_IMAGES], y_tr[:CRAFT_FIT_IMAGES]
-        ts = None
-        if self.targeted:
-            from .base import make_targets
-
-            ts = (torch.full_like(ys, self.target) if _is_class(self.target) else
-                  make_targets(ys, torch.arange(len(ys)), self.seed + 1, int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])))
-        xa = self.apply(G, xs, ts, ctx.batch_size, ctx.device)
-        from ..core.metrics import predict_batched
-
-        pc = predict_batched(S.predict, xs, ctx.batch_size, ctx.device)
-        pa = predict_batched(S.predict, xa, ctx.batch_size, ctx.device)
-        ok = (pc == ys) & (ts != ys) if self.targeted else pc == ys  # an image of the target class cannot show a hit
-        hit = (pa == ts) if self.targeted else (pa != ys)
-        fields = {"n_craft": len(x_tr), "craft_fooling_rate": float((hit & ok).sum() / ok.sum().clamp_min(1)),
+        n_classes = int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])
+        fields = {"n_craft": len(x_tr), "craft_fooling_rate": self.fit_rate(G, S, xs, ys, ctx.device, ctx.batch_size, n_classes),
                   "gen_params": int(info["params"]), "gen_train_s": float(info["train_s"]),
                   "surrogate_passes": float(info["passes"])}
+        if info["curve"]:
+            fields.update({"gen_updates": int(info["updates"]), "gen_curve": json.dumps(info["curve"]),
+                           "gen_plateau_at": float("nan") if info["plateau_at"] is None else float(info["plateau_at"])})
         if info["aux_passes"]:
             fields["aux_passes"] = float(info["aux_passes"])
         if ctx.progress is not None:
             ctx.progress(len(ctx.x))
         tensors = {f"gen.{k}": v.detach().cpu().contiguous() for k, v in G.state_dict().items()}
         if ctx.log is not None:
-            ctx.log(f"{self.name}: {self.steps} updates in {info['train_s']:.0f} s, loss {info['loss_first']:.3f} → "
+            ctx.log(f"{self.name}: {info['updates']} updates in {info['train_s']:.0f} s, loss {info['loss_first']:.3f} → "
                     f"{info['loss_last']:.3f}, {info['evals_per_image']} surrogate passes per training image")
         return Crafted(x_adv, index, target, int(info["evals_per_image"]), craft_s, tensors=tensors, fields=fields)
 
@@ -368,6 +466,20 @@ class GenerativeAttack(Attack):
         G, info = self.train(S.surrogates, x, y_true, str(x.device), table, aux)
         x_adv = self.apply(G, x, y if self.targeted else None, max(1, len(x)), str(x.device)).to(x.dtype)
         return Perturbed(x_adv, int(info["evals_per_image"]), {"generator": G, "info": info})
+
+
+def plateau(rates: list[float], patience: int, gain: float) -> int | None:
+    """Whether a curve of held-out fooling rates (one per measurement, in order) has flattened:
+    the index of its best point before the last ``patience`` points (the first such, on ties)
+    when none of those ``patience`` points rose above it by ``gain`` or more (rates and ``gain``
+    as fractions); None while fewer than ``patience`` + 1 points exist or one of the last rose."""
+    if patience < 1 or len(rates) <= patience:
+        return None
+    head = rates[:-patience]
+    best = max(head)
+    if max(rates[-patience:]) >= best + gain:
+        return None
+    return head.index(best)
 
 
 def _is_class(target: Any) -> bool:

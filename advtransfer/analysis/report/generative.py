@@ -20,7 +20,7 @@ from ...core.errors import UserError
 from ...core.metrics import wilson_interval
 from ...core.schema import CRAFT_FIT_IMAGES
 from .. import pooling
-from .base import MINUS, Block, ReportContext, Section, Table, pct, register_section, tex_name
+from .base import MINUS, Block, Figure, ReportContext, Section, Table, pct, register_section, tex_name
 
 #: the per-image attack a learned attack is compared with on the same surrogate (same targeted flag)
 BASELINE_ATTACK = "mifgsm"
@@ -75,7 +75,51 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
         Table(["attack", "kind", "surrogate", "ε", "targeted", "surrogate passes", "per image", "n_craft",
                "generator params", "generator train s", "craft s", "fit %", "CLIP passes"], rows,
               "Surrogate compute per cell", tex="generative_compute")]
+    blocks += curve_blocks(ctx)
     return Section("Generative attacks: compute", blocks, "generative-compute")
+
+
+def curve_rows(df: pd.DataFrame) -> list[list[str]]:
+    """One row per generative cell with a held-out curve: where it flattened (the plateau rule's
+    point: updates, surrogate passes, held-out rate), where training stopped, the best rate."""
+    from ..plots import gen_curves
+
+    rows = []
+    for r, c in gen_curves(df):
+        p = json.loads(r["attack_params"]) if isinstance(r.get("attack_params"), str) else {}
+        at = r.get("gen_plateau_at")
+        flat = next((q for q in c if not pd.isna(at) and q[0] == int(at)), None)
+        rule = (f"stop after {p.get('patience')} points under +{100 * float(p.get('plateau_gain', 0)):g}"
+                if p.get("stop") == "plateau" else f"budget ({p.get('patience')} points under "
+                f"+{100 * float(p.get('plateau_gain', 0)):g} read after)")
+        rows.append([str(r["attack_label"]), str(r["surrogate"]), str(r["eps_str"]), str(int(r["seed"])),
+                     f"{int(p.get('steps', 0)):,}", f"{int(p.get('curve_every', 0)):,}", str(p.get("curve_n", "")), rule,
+                     f"{int(flat[0]):,}" if flat else "not flattened", _num(flat[1]) if flat else "",
+                     pct(flat[2]) if flat else "", f"{int(c[-1][0]):,}", _num(c[-1][1]), pct(c[-1][2]),
+                     pct(max(q[2] for q in c))])
+    return rows
+
+
+def curve_blocks(ctx: ReportContext) -> list[Block]:
+    """The held-out curves of the run's generators (``curve_every`` > 0): a table of where each
+    flattened and stopped, and the figures :func:`advtransfer.analysis.plots.plot_gen_curves` drew."""
+    rows = curve_rows(ctx.results)
+    if not rows:
+        return []
+    out: list[Block] = [
+        "Held-out curves: while a generator trains, the surrogate set's fooling rate (targeted: target hit rate) "
+        "on training images it never learns on (the curve_n after its first n_craft; not the test images it is "
+        "scored on) is measured before the first update and every curve_every updates. *Flattened* is the first "
+        "point after which `patience` further points never rose by `plateau_gain` over it (the plateau rule: with "
+        "`stop: plateau` training stops there, otherwise it is read from the finished curve); *stopped* is the last "
+        "update made. The curve's forward passes are not counted as surrogate passes (no gradient).",
+        Table(["attack", "surrogate", "ε", "seed", "budget (updates)", "every", "held-out images", "rule",
+               "flattened at (updates)", "passes there", "held-out % there", "stopped at", "passes", "held-out % at stop",
+               "best held-out %"], rows, "Generator training: where the held-out curve flattened",
+              tex="generative_curves")]
+    for p in sorted((ctx.run_dir / "figures").glob("gen_curve_*.png")):
+        out.append(Figure(ctx.rel(p), p.stem.replace("_", " ")))
+    return out
 
 
 def held_out_transfer(run_dir, results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
