@@ -15,7 +15,8 @@ class Cut(Exception):
     """The interruption the test injects at an epoch's start."""
 
 
-def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch, resume=None, build=None):
+def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch, resume=None, build=None,
+           sources: dict | None = None):
     """Train a tinycnn (or ``build()``) with ``method``, saving its state to the file ``resume``
     (None: not resumable); with ``cut_at`` the run stops at the start of that epoch (1-based), as a
     kill would, after the previous epochs' resume state was written."""
@@ -35,16 +36,21 @@ def _train(method: str, recipe: dict, data, cut_at: int | None, monkeypatch, res
     monkeypatch.setattr(faults, "point", point)  # where both loops' shared ResumableRun announces each epoch
     torch.manual_seed(0)
     net = ImageClassifier(build_arch("tinycnn")) if build is None else build()
-    ctx = TrainingContext(name="resume_test", progress=False, resume=resume)
+    ctx = TrainingContext(name="resume_test", progress=False, resume=resume, sources=sources or {})
     return train_from_recipe(net, {**recipe, "method": method.removesuffix("_sam")}, data, ctx)
 
 
-@pytest.mark.parametrize("method", ["csgld", "standard", "sam", "pgd_at", "fast", "fast_sam"])
+@pytest.mark.parametrize("method", ["csgld", "standard", "sam", "pgd_at", "fast", "fast_sam",
+                                    "trades", "ensemble_at", "pubdef", "dverge"])
 def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch, method):
     """Cut at the start of epoch 3 of 3, then run again: every weight set (cSGLD's four samples,
     two taken before the cut) equals the uninterrupted run's exactly, the learning-rate trace too,
     the card's meta says where it resumed, and the file is gone only when the zoo writes the card
-    (here it stays: fit alone never deletes it)."""
+    (here it stays: fit alone never deletes it). The trained defences' own generators (PGD starts,
+    the source drawn per image, DVERGE's pairings and the layer drawn per epoch) resume with it,
+    and so do their records (PubDef's per-source counts, DVERGE's layers)."""
+    from advtransfer.models.archs import ImageClassifier, build_arch
+
     data = first_train_images(384)
     recipe = {"batch_size": 128, "seed": 5, "weight_decay": 5e-4, "epochs": 3,
               "lr": 0.1, "momentum": 0.9, "schedule": "onecycle", "augment": ["crop", "flip"]}
@@ -58,15 +64,27 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
         recipe = {"batch_size": 128, "seed": 5, "epochs": 3, "lr": 2.0, "momentum": 0.9,
                   "weight_decay": 0.005, "bias_scaler": 1.0, "label_smoothing": 0.1, "augment": ["flip", "translate"],
                   **({"rho": 0.05} if method == "fast_sam" else {})}
-    whole = _train(method, recipe, data, None, monkeypatch)
+    build, sources = None, None
+    if method in ("trades", "pubdef"):
+        recipe.update(at_eps="8/255", at_steps=2)
+    if method in ("ensemble_at", "pubdef"):  # two frozen sources, so the per-image source draw matters
+        torch.manual_seed(1)
+        sources = {"s1": ImageClassifier(build_arch("tinycnn")).eval(), "s2": ImageClassifier(build_arch("tinycnn")).eval()}
+        recipe.update(sources=["s1", "s2"])
+    if method == "dverge":  # a two-member ensemble, the layer drawn anew each epoch
+        recipe.update(distill_steps=2)
+
+        def build():
+            return ImageClassifier(build_arch("ensemble", members=2, member_arch="tinycnn"))
+    whole = _train(method, recipe, data, None, monkeypatch, build=build, sources=sources)
     path = tmp_path / "zoo" / ".resume" / "resume_test.pt"
     with pytest.raises(Cut):
-        _train(method, recipe, data, 3, monkeypatch, path)
+        _train(method, recipe, data, 3, monkeypatch, path, build=build, sources=sources)
     saved = torch.load(path, weights_only=True)
     assert saved["epoch"] == 2 and saved["step"] == 2 * 3  # 384 images at batch 128: 3 steps an epoch
     if method == "csgld":
         assert sorted(saved["extra"]["samples"]) == ["c0s0", "c0s1"]  # the first cycle's, taken before the cut
-    again = _train(method, recipe, data, None, monkeypatch, path)
+    again = _train(method, recipe, data, None, monkeypatch, path, build=build, sources=sources)
     assert list(again.states) == list(whole.states)
     for m in whole.states:
         for k, v in whole.states[m].items():
@@ -78,9 +96,13 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
     assert again.meta["final_train_loss"] == whole.meta["final_train_loss"]
     if method == "csgld":
         assert again.meta["lr_trace"] == whole.meta["lr_trace"]
+    if method == "pubdef":
+        assert again.meta["source_counts"] == whole.meta["source_counts"] and sum(whole.meta["source_counts"].values()) == 3 * 384
+    if method == "dverge":
+        assert again.meta["layers_used"] == whole.meta["layers_used"] and len(whole.meta["layers_used"]) == 3
     # without the cut the run writes the state of its last epoch and restarting it trains nothing
     assert torch.load(path, weights_only=True)["epoch"] == 3
-    third = _train(method, recipe, data, 1, monkeypatch, path)  # a cut at epoch 1 would fire if it ran one
+    third = _train(method, recipe, data, 1, monkeypatch, path, build=build, sources=sources)  # a cut at epoch 1 would fire if it ran one
     assert all(torch.equal(third.states[m][k], v) for m in whole.states for k, v in whole.states[m].items())
 
 

@@ -26,6 +26,7 @@ from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
 from .context import TrainingContext
+from .resume import ResumeHooks
 from .standard import fit
 
 
@@ -113,7 +114,18 @@ def train_dverge(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext
     def on_epoch_end(epoch: int, _net: nn.Module) -> None:
         pick_layer()
 
-    out = fit(net, recipe, data, ctx, backward=backward, on_epoch_end=on_epoch_end)
+    def get_state() -> dict:
+        return {"gen": gen.get_state(), "layer": state["layer"], "layers_used": list(layers_used)}
+
+    def set_state(saved: dict) -> None:
+        gen.set_state(saved["gen"])
+        state["layer"] = int(saved["layer"])
+        layers_used[:] = [int(v) for v in saved["layers_used"]]
+
+    # resumable: the pairings and the next epoch's layer come from ``gen``, saved after each epoch
+    # (after on_epoch_end has drawn the next layer) with the loop's state
+    out = fit(net, recipe, data, ctx, backward=backward, on_epoch_end=on_epoch_end,
+              resume_hooks=ResumeHooks(get_state, set_state))
     out.meta.update(distill_eps=eps, distill_alpha=alpha, distill_steps=steps, layers_used=layers_used[:-1])
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "distill_eps": eps, "members": len(members)}
     return out

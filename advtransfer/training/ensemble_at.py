@@ -12,6 +12,7 @@ from ..core.errors import UserError
 from ..core.utils import parse_fraction
 from .base import TrainOutput, register_method
 from .context import TrainingContext
+from .resume import ResumeHooks
 from .standard import fgsm_rs_example, fit
 
 
@@ -58,7 +59,15 @@ def train_ensemble_at(net: nn.Module, recipe: dict, data: Split, ctx: TrainingCo
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, ctx, backward=backward)
+    def get_state() -> dict:
+        return {"gen": gen.get_state(), "step": counter["step"]}
+
+    def set_state(state: dict) -> None:
+        gen.set_state(state["gen"])
+        counter["step"] = int(state["step"])
+
+    # resumable: the source rotation and the FGSM starts, saved with the loop's state
+    out = fit(net, recipe, data, ctx, backward=backward, resume_hooks=ResumeHooks(get_state, set_state))
     out.meta.update(at_eps=eps, at_alpha=alpha, adv_fraction=frac, adv_weight=lam)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "sources": list(sources)}
     return out

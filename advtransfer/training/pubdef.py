@@ -25,6 +25,7 @@ from .base import TrainOutput, register_method
 from .context import TrainingContext
 from .ensemble_at import static_sources
 from .pgd_at import pgd_example
+from .resume import ResumeHooks
 from .standard import fit
 
 
@@ -59,7 +60,15 @@ def train_pubdef(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, ctx, backward=backward)
+    def get_state() -> dict:
+        return {"gen": gen.get_state(), "counts": list(counts)}
+
+    def set_state(state: dict) -> None:
+        gen.set_state(state["gen"])
+        counts[:] = [int(c) for c in state["counts"]]
+
+    # resumable: the source picks and PGD starts come from ``gen``, saved with the loop's state
+    out = fit(net, recipe, data, ctx, backward=backward, resume_hooks=ResumeHooks(get_state, set_state))
     names = list(static_sources(recipe, ctx))
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps, clean_weight=w0, adv_weight=w1,
                     source_counts=dict(zip(names, counts)))

@@ -19,8 +19,10 @@ the zoo passes it as :attr:`~advtransfer.training.context.TrainingContext.resume
 shipped zoo: a half-trained model is never a model. It is read with
 ``torch.load(weights_only=True)``; one from another recipe, or unreadable, is set aside with a
 line on stderr and the run starts from the beginning. The zoo deletes it once the card is written.
-The methods of the standard loop that keep collections or state elsewhere (LGV and SWAG, whose
-hooks keep collections; TRADES, SHOT, the ensemble defences) pass no hooks and train in one go.
+The trained defences (TRADES, ensemble adversarial training, PubDef, DVERGE) save their own
+generators (PGD starts, source picks, DVERGE's pairings and layer) as their hooks' state. The
+methods of the standard loop that keep collections or other state (LGV and SWAG, whose hooks keep
+collections; SHOT) pass no hooks and train in one go.
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from ..core.errors import UserError
 from .base import TrainOutput, register_method
 from .context import TrainingContext
 from .pgd_at import at_params, pgd_example
+from .resume import ResumeHooks
 from .standard import fit
 
 
@@ -42,7 +43,9 @@ def train_trades(net: nn.Module, recipe: dict, data: Split, ctx: TrainingContext
         loss.backward()
         return loss
 
-    out = fit(net, recipe, data, ctx, backward=backward)
+    # resumable: the PGD starts come from ``gen``, saved with the loop's state
+    out = fit(net, recipe, data, ctx, backward=backward,
+              resume_hooks=ResumeHooks(lambda: {"gen": gen.get_state()}, lambda state: gen.set_state(state["gen"])))
     out.meta.update(at_eps=eps, at_alpha=alpha, at_steps=steps, trades_beta=beta)
     out.meta["surrogate_params"] = {"epochs": int(recipe["epochs"]), "at_eps": eps, "at_steps": steps,
                                     "trades_beta": beta}
