@@ -58,6 +58,7 @@ plot: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_defences.py
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_blackbox.py
