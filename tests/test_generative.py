@@ -11,6 +11,7 @@ training images 0..999 (10-30 s each on 2 cores); the bands below were measured 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -87,6 +88,42 @@ def test_every_generator_stays_in_the_ball_with_wild_weights(name, norm, eps):
     n = d.abs().amax(1) if norm == "linf" else d.norm(dim=1)
     assert float(n.max()) <= eps * (1 + 1e-5) + 1e-7 and float(n.min()) > 0
     assert 0 <= float(x_adv.min()) and float(x_adv.max()) <= 1
+
+
+def test_delta_stats_see_a_collapsed_generator():
+    """A generator whose output ignores its input (zero weights, a large bias: every image gets
+    δ = ε·tanh(bias)) is measured as universal (share 1) and at the bound on every entry; one whose
+    saturated output follows the image (r = 100(x − 0.5) on independent random images) is at the
+    bound too but not universal (about 1/N of its energy is shared). A small one (r = 0.1(x - 0.5))
+    is at the bound nowhere. (An untrained generator is nearly universal already: its head's bias
+    dominates its output at initialisation.)"""
+    atk = create_attack("cda", eps=8 / 255, steps=1, n_craft=8, batch=4, width=4, blocks=1)
+    x = torch.rand(20, 3, 32, 32, generator=torch.Generator().manual_seed(2)) * 0.8 + 0.1  # no clip at 8/255
+
+    class Follows(torch.nn.Module):
+        def __init__(self, scale: float) -> None:
+            super().__init__()
+            self.scale = scale
+            self.p = torch.nn.Parameter(torch.zeros(1))  # apply() reads the parameters' dtype
+
+        def forward(self, z):
+            return self.scale * (z - 0.5)
+
+    at_bound, universal = atk.delta_stats(Follows(100.0), x, None, 7, "cpu")
+    # |δ| ≥ 0.99ε where |tanh(100(x − 0.5))| ≥ 0.99, i.e. |x − 0.5| ≥ atanh(0.99)/100
+    expected = float(((x - 0.5).abs() >= math.atanh(0.99) / 100).double().mean())
+    assert at_bound == pytest.approx(expected, abs=0.005) and universal < 0.1, (at_bound, expected, universal)
+    assert atk.delta_stats(Follows(0.1), x, None, 7, "cpu")[0] == 0.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        G = atk.build(10, None)
+    G.eval()
+    conv = G.head[1]
+    with torch.no_grad():
+        conv.weight.zero_()
+        conv.bias.copy_(torch.tensor([8.0, -8.0, 8.0]))
+    at_bound, universal = atk.delta_stats(G, x, None, 7, "cpu")
+    assert at_bound == 1.0 and universal == pytest.approx(1.0, abs=1e-9)
 
 
 def test_generator_shapes_and_sizes():
@@ -448,6 +485,7 @@ def test_generator_curve_through_the_grid(tmp_path, trained, capsys):
     # gain 1.0 is never met: points at 0, 2, 4 updates, then the rule stops it (6 would be the budget)
     assert [c[0] for c in curve] == [0, 2, 4] and [c[1] for c in curve] == [0, 32, 64]
     assert r["gen_updates"] == 4 and r["gen_plateau_at"] == 0 and r["surrogate_passes"] == 64
+    assert 0 <= r["gen_at_bound"] <= 1 and 0 <= r["gen_universal"] <= 1
     assert json.loads(r["attack_params"])["curve_n"] == 40
     assert (out / "figures" / "gen_curve_cda_curve_eps8-255.png").exists()
     html = (out / "report" / "report.html").read_text()

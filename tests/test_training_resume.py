@@ -74,8 +74,9 @@ def test_a_run_cut_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path,
     if method == "dverge":  # a two-member ensemble, the layer drawn anew each epoch
         recipe.update(distill_steps=2)
 
-        def build():
+        def build_ensemble():
             return ImageClassifier(build_arch("ensemble", members=2, member_arch="tinycnn"))
+        build = build_ensemble
     whole = _train(method, recipe, data, None, monkeypatch, build=build, sources=sources)
     path = tmp_path / "zoo" / ".resume" / "resume_test.pt"
     with pytest.raises(Cut):

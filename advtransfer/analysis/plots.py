@@ -122,9 +122,9 @@ def plot_gen_curves(run_dir: str | Path, df, formats: tuple[str, ...] = ("png",)
             top.set_xlabel("surrogate passes (millions)", fontsize=8)
             top.tick_params(labelsize=7)
         r0 = items[0][0]
-        n_held = json.loads(r0["attack_params"]).get("curve_n", "") if "attack_params" in r0 else ""
-        ax.set_title(f"{label} at {eps_str}: held-out curve on {n_held} training images after the first "
-                     f"{int(r0['n_craft'])} (○ where it flattened)", fontsize=8)
+        n_held = int(json.loads(r0["attack_params"]).get("curve_n", 0)) if "attack_params" in r0 else 0
+        ax.set_title(f"{label} at {eps_str}: held-out curve on {n_held:,} training images after the first "
+                     f"{int(r0['n_craft']):,} (○ where it flattened)", fontsize=8)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         written += save_figure(fig, Path(run_dir) / "figures", f"gen_curve_{label}_eps{eps_str.replace('/', '-')}",

@@ -361,6 +361,23 @@ class GenerativeAttack(Attack):
         hit = (pa == ts) if self.targeted else (pa != ys)
         return float((hit & ok).sum() / ok.sum().clamp_min(1))
 
+    @torch.no_grad()
+    def delta_stats(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None, batch_size: int,
+                    device: str) -> tuple[float, float]:
+        """How the trained generator's perturbations δ = x_adv − x of images ``x`` (N×C×H×W in
+        [0,1]; targets ``t`` for a conditional one) use the budget: (the share of δ at the bound —
+        L∞: entries with |δ| ≥ 0.99ε, L2: images with ‖δ‖ ≥ 0.99ε —, the share of δ's energy in
+        its image-independent part, N‖mean δ‖² / Σ‖δ_i‖²: 1 when every image gets the same δ,
+        i.e. the generator has collapsed into a universal perturbation; about 1/N for unrelated ones)."""
+        d = (self.apply(G, x, t, batch_size, device) - x).flatten(1).double()
+        if self.norm == "linf":
+            at_bound = float((d.abs() >= 0.99 * self.eps).double().mean())
+        else:
+            at_bound = float((d.norm(dim=1) >= 0.99 * self.eps).double().mean())
+        energy = float((d ** 2).sum())
+        universal = float(len(d) * (d.mean(0) ** 2).sum() / energy) if energy > 0 else float("nan")
+        return at_bound, universal
+
     def update(self, G: nn.Module, opt: torch.optim.Optimizer, params: list[torch.Tensor], st: "TrainState",
                x: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None) -> float:
         """One training update on batch x (true labels y, targets t): generate, take the loss,
@@ -437,12 +454,13 @@ class GenerativeAttack(Attack):
                 x, y, index, target = x[keep], y[keep], index[keep], target[keep]
         x_adv = self.apply(G, x, target, ctx.batch_size, ctx.device)
         craft_s = time.perf_counter() - t0
+        at_bound, universal = self.delta_stats(G, x, target, ctx.batch_size, ctx.device)
         # how well the generator fits its training images (surrogate set, the first CRAFT_FIT_IMAGES)
         xs, ys = x_tr[:CRAFT_FIT_IMAGES], y_tr[:CRAFT_FIT_IMAGES]
         n_classes = int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])
         fields = {"n_craft": len(x_tr), "craft_fooling_rate": self.fit_rate(G, S, xs, ys, ctx.device, ctx.batch_size, n_classes),
                   "gen_params": int(info["params"]), "gen_train_s": float(info["train_s"]),
-                  "surrogate_passes": float(info["passes"])}
+                  "surrogate_passes": float(info["passes"]), "gen_at_bound": at_bound, "gen_universal": universal}
         if info["curve"]:
             fields.update({"gen_updates": int(info["updates"]), "gen_curve": json.dumps(info["curve"]),
                            "gen_plateau_at": float("nan") if info["plateau_at"] is None else float(info["plateau_at"])})

@@ -93,6 +93,8 @@ RESULTS: tuple[Column, ...] = (
     Column("gen_params", "int64", "kind", "generative: parameters of the trained generator (-1 otherwise)", -1),
     Column("aux_passes", "float64", "cost", "generative: forward+backward image-passes through auxiliary models during training (PDCL's CLIP image tower; empty otherwise)", _NAN),
     Column("gen_train_s", "float64", "kind", "generative: wall time (s) of the generator's training (part of craft_s)", _NAN),
+    Column("gen_at_bound", "float64", "kind", "generative: share of the perturbations at the ε bound on the evaluated images (L∞: entries with |δ| ≥ 0.99ε; L2: images with ‖δ‖ ≥ 0.99ε); near 1 for a saturated generator", _NAN),
+    Column("gen_universal", "float64", "kind", "generative: share of δ's energy in its image-independent part, N‖mean δ‖² / Σ‖δ_i‖² over the evaluated images: 1 when the generator gives every image the same δ (it has collapsed into a universal perturbation)", _NAN),
     Column("gen_updates", "int64", "kind", "generative with a curve (curve_every > 0): optimiser updates made, fewer than steps where stop: plateau ended the training (-1 otherwise)", -1),
     Column("gen_curve", "string", "kind", "generative with a curve: JSON [[updates, surrogate passes, held-out fooling rate], ...] measured on curve_n training images after the first n_craft, before the first update and every curve_every updates", ""),
     Column("gen_plateau_at", "float64", "kind", "generative with a curve: the updates after which the held-out fooling rate rose by less than plateau_gain for patience points in a row (the stop rule's point, also where stop: budget); empty if it never flattened", _NAN),

@@ -60,7 +60,9 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
                      "" if pd.isna(gen) or int(gen) < 0 else f"{int(gen):,}",
                      _num(r.get("gen_train_s"), "{:.0f}"), _num(r["craft_s"], "{:.0f}"),
                      pct(r["craft_fooling_rate"]) if learned and not pd.isna(r.get("craft_fooling_rate")) else "",
-                     _num(r.get("aux_passes"))])
+                     _num(r.get("aux_passes")),
+                     pct(r["gen_at_bound"]) if not pd.isna(r.get("gen_at_bound", math.nan)) else "",
+                     pct(r["gen_universal"]) if not pd.isna(r.get("gen_universal", math.nan)) else ""])
     blocks: list[Block] = [
         "Surrogate compute of every cell, so learned and per-image attacks are compared at stated cost. "
         "A generative cell trains its generator on the first n_craft training images (never the test images "
@@ -71,9 +73,13 @@ def section_generative_compute(ctx: ReportContext) -> Section | None:
         "(learned attacks). A learned cell's cost does not grow with the number of test images it is applied "
         f"to. *Fit* is the surrogate set's fooling rate (targeted: target hit rate) on up to {CRAFT_FIT_IMAGES} of its "
         "training images. *CLIP passes*: image-passes through a CLIP image tower (PDCL), not counted as "
-        "surrogate passes.",
+        "surrogate passes. *At bound*: the share of a generator's perturbations of the test images at the ε "
+        "bound (L∞: entries with |δ| ≥ 0.99ε); *universal*: the share of their energy that is the same for "
+        "every image (N‖mean δ‖² / Σ‖δ_i‖²). Both near 100% mean a saturated generator that has collapsed "
+        "into one universal perturbation, which tanh's vanishing gradient then hardly moves.",
         Table(["attack", "kind", "surrogate", "ε", "targeted", "surrogate passes", "per image", "n_craft",
-               "generator params", "generator train s", "craft s", "fit %", "CLIP passes"], rows,
+               "generator params", "generator train s", "craft s", "fit %", "CLIP passes", "at bound %",
+               "universal %"], rows,
               "Surrogate compute per cell", tex="generative_compute")]
     blocks += curve_blocks(ctx)
     return Section("Generative attacks: compute", blocks, "generative-compute")
@@ -93,9 +99,9 @@ def curve_rows(df: pd.DataFrame) -> list[list[str]]:
                 if p.get("stop") == "plateau" else f"budget ({p.get('patience')} points under "
                 f"+{100 * float(p.get('plateau_gain', 0)):g} read after)")
         rows.append([str(r["attack_label"]), str(r["surrogate"]), str(r["eps_str"]), str(int(r["seed"])),
-                     f"{int(p.get('steps', 0)):,}", f"{int(p.get('curve_every', 0)):,}", str(p.get("curve_n", "")), rule,
-                     f"{int(flat[0]):,}" if flat else "not flattened", _num(flat[1]) if flat else "",
-                     pct(flat[2]) if flat else "", f"{int(c[-1][0]):,}", _num(c[-1][1]), pct(c[-1][2]),
+                     f"{int(p.get('steps', 0)):,}", f"{int(p.get('curve_every', 0)):,}", f"{int(p.get('curve_n', 0)):,}", rule,
+                     f"{int(flat[0]):,}" if flat else "not flattened", _num(flat[1], "{:,.0f}") if flat else "",
+                     pct(flat[2]) if flat else "", f"{int(c[-1][0]):,}", _num(c[-1][1], "{:,.0f}"), pct(c[-1][2]),
                      pct(max(q[2] for q in c))])
     return rows
 
@@ -118,7 +124,8 @@ def curve_blocks(ctx: ReportContext) -> list[Block]:
                "best held-out %"], rows, "Generator training: where the held-out curve flattened",
               tex="generative_curves")]
     for p in sorted((ctx.run_dir / "figures").glob("gen_curve_*.png")):
-        out.append(Figure(ctx.rel(p), p.stem.replace("_", " ")))
+        label, _, eps = p.stem.removeprefix("gen_curve_").rpartition("_eps")
+        out.append(Figure(ctx.rel(p), f"held-out curve: {label} at ε {eps.replace('-', '/')}"))
     return out
 
 
