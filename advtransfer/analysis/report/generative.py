@@ -95,9 +95,8 @@ def curve_rows(df: pd.DataFrame) -> list[list[str]]:
         p = json.loads(r["attack_params"]) if isinstance(r.get("attack_params"), str) else {}
         at = r.get("gen_plateau_at")
         flat = next((q for q in c if not pd.isna(at) and q[0] == int(at)), None)
-        rule = (f"stop after {p.get('patience')} points under +{100 * float(p.get('plateau_gain', 0)):g}"
-                if p.get("stop") == "plateau" else f"budget ({p.get('patience')} points under "
-                f"+{100 * float(p.get('plateau_gain', 0)):g} read after)")
+        under = f"{p.get('patience')} points under +{100 * float(p.get('plateau_gain', 0)):g}"
+        rule = f"stop after {under}" if p.get("stop") == "plateau" else f"budget ({under} read after)"
         rows.append([str(r["attack_label"]), str(r["surrogate"]), str(r["eps_str"]), str(int(r["seed"])),
                      f"{int(p.get('steps', 0)):,}", f"{int(p.get('curve_every', 0)):,}", f"{int(p.get('curve_n', 0)):,}", rule,
                      f"{int(flat[0]):,}" if flat else "not flattened", _num(flat[1], "{:,.0f}") if flat else "",
