@@ -42,7 +42,7 @@ from ..core.schema import CRAFT_FIT_IMAGES
 from .base import Attack, CraftContext, Crafted, Perturbed, SurrogateCall, SurrogateSet, take_extra
 from .params import Param
 from .features import SPECIAL_LAYERS, check_plain, taps
-from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params
+from .generators import ConditionalResnetGenerator, ResnetGenerator, bound, count_params, project_image
 
 #: generator losses (``objective``): ``feature`` — cosine similarity of the surrogate's features at
 #: ``layer`` between x_adv and x, minimised (BIA, Zhang et al. 2022); ``rce`` — relativistic
@@ -55,6 +55,8 @@ CONDS = ("label", "clip")
 #: fooling rate has not risen by ``plateau_gain`` over its best for ``patience`` curve points in a
 #: row (``steps`` is then the cap), see :func:`plateau`
 STOPS = ("budget", "plateau")
+#: what the generator's output is: the perturbation (bounded by construction) or an image projected onto the ball
+OUTPUTS = ("delta", "image")
 
 
 class Conditioned(nn.Module):
@@ -85,7 +87,9 @@ class GenerativeAttack(Attack):
     ``width``/``blocks`` (generator size), ``objective`` (see :data:`OBJECTIVES`), ``layer``
     (surrogate layer of the feature objective: a module name or ``auto``, the middle block), and
     for conditional attacks ``cond`` (``label`` or ``clip``) and ``clip`` (zoo entry of the CLIP
-    model). ``steps`` counts generator updates; ``alpha`` is unused.
+    model), ``output`` (``delta``: δ = bound(G(x)); ``image``: G(x) read as an image and projected
+    onto the ε-ball, CDA's code), and the held-out curve's ``curve_every``, ``curve_n``, ``stop``,
+    ``patience``, ``plateau_gain``. ``steps`` counts generator updates; ``alpha`` is unused.
     """
 
     kind = "generative"
@@ -108,7 +112,8 @@ class GenerativeAttack(Attack):
                                  "curve_n": Param(1000, "int", lo=1, doc="held-out training images of the curve: those after the first n_craft"),
                                  "stop": Param("budget", "choice", choices=STOPS, doc="budget: train for steps updates; plateau: stop earlier once the curve has flattened"),
                                  "patience": Param(4, "int", lo=1, doc="plateau: curve points in a row without a gain that stop the training"),
-                                 "plateau_gain": Param(0.01, "number", lo=0, doc="plateau: the least rise of the held-out fooling rate over its best so far that counts as a gain (0.01: one point)")}
+                                 "plateau_gain": Param(0.01, "number", lo=0, doc="plateau: the least rise of the held-out fooling rate over its best so far that counts as a gain (0.01: one point)"),
+                                 "output": Param("delta", "choice", choices=OUTPUTS, doc="delta: the generator's output r gives the perturbation eps*tanh(r); image: it gives an image (tanh(r)+1)/2 projected onto the eps-ball around x (CDA's train.py)")}
     #: parameters of the held-out curve, recorded (and in the cell id) only when a curve is drawn
     CURVE_KEYS = ("curve_every", "curve_n", "stop", "patience", "plateau_gain")
 
@@ -125,6 +130,8 @@ class GenerativeAttack(Attack):
         if not self.extra["curve_every"]:
             for k in self.CURVE_KEYS:
                 out.pop(k, None)
+        if out.get("output") == "delta":
+            out.pop("output")  # recorded only when not the default, so earlier cells keep their ids
         return out
 
     def check(self, cell: Any) -> None:
@@ -157,6 +164,9 @@ class GenerativeAttack(Attack):
             raise UserError(f"attack {self.name!r}: stop plateau reads the held-out curve; set curve_every: <updates "
                             f"between measurements> (e.g. 500)")
         extra["plateau_gain"] = float(extra["plateau_gain"])
+        if extra["output"] == "image" and type(self).generate is not GenerativeAttack.generate:
+            raise UserError(f"attack {self.name!r} builds its perturbation its own way; output: image applies to the "
+                            f"image-to-image generators (cda, bia, facl, pdcl, ...): drop it")
         if self.targeted and not self.conditional and not _is_class(self.target):
             raise UserError(f"attack {self.name!r}: a single-target generator aims at one class: set target: <class "
                             f"index> (or target: all in a grid); cgnc and dual_flow take a target per image")
@@ -192,8 +202,12 @@ class GenerativeAttack(Attack):
         return Conditioned(ConditionalResnetGenerator(dim, w, b), n_classes, dim, table)
 
     def generate(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
-        """x_adv = clip(x + δ, 0, 1) with δ = bound(G(x[, t])) (differentiable in G's weights)."""
+        """x_adv (N×C×H×W in [0,1], inside the ε-ball of x, differentiable in G's weights): with
+        ``output: delta`` clip(x + δ, 0, 1) with δ = bound(G(x[, t])); with ``output: image`` G's
+        output squashed into an image and projected onto the ball (:func:`project_image`, CDA's)."""
         r = G(x) if t is None else G(x, t)
+        if self.extra["output"] == "image":
+            return project_image(r, x, self.eps, self.norm)
         return (x + bound(r, self.eps, self.norm)).clamp(0, 1)
 
     # --- training hooks -----------------------------------------------------------------------

@@ -4,7 +4,9 @@ Every generator maps images x (N×C×H×W, pixels in [0,1]) — and, when condit
 vector per image (N×D: a target class's embedding) — to a raw map r of x's shape; :func:`bound`
 turns r into a perturbation inside the ε-ball *by construction*: δ = ε·tanh(r) for L∞ (every pixel
 in (−ε, ε)), δ = r·min(1, ε/‖r‖₂) per sample for L2. Clipping x + δ to [0,1] only shrinks |δ|,
-so x_adv = clip(x + δ, 0, 1) stays in the ball whatever the weights are.
+so x_adv = clip(x + δ, 0, 1) stays in the ball whatever the weights are. :func:`project_image` is
+the authors' form instead (CDA's ``train.py``): r is squashed into an image and that image is
+projected onto the ball (``output: image`` of the generative attacks).
 
 :class:`ResnetGenerator` is the image-to-image network of the cross-domain generative attacks
 (CDA, Naseer et al. 2019; BIA, Zhang et al. 2022; FACL and PDCL build on it): a 7×7 stem, two
@@ -43,6 +45,22 @@ def bound(r: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
         u = r / s
         return u * torch.minimum(s, eps / u.flatten(1).norm(dim=1).clamp_min(_TINY).view(shape))
     raise ValueError(f"unknown norm {norm!r}")
+
+
+def project_image(r: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
+    """x_adv for a generator whose raw output r *is an image* (CDA's ``train.py``: the generator ends
+    in (tanh(r) + 1)/2, pixels in [0,1]): that image projected onto the ε-ball around x (L∞: clamped
+    to [x − ε, x + ε] entrywise, as CDA's ``torch.min(torch.max(adv, img - eps), img + eps)``; L2: its
+    difference to x scaled down to norm ε per sample), then clipped to [0,1]. Shapes N×C×H×W.
+    Where an entry is clamped, no gradient reaches the generator through it (as in CDA)."""
+    img = (torch.tanh(r) + 1) / 2
+    if norm == "linf":
+        adv = torch.min(torch.max(img, x - eps), x + eps)
+    elif norm == "l2":
+        adv = x + bound(img - x, eps, "l2")
+    else:
+        raise ValueError(f"unknown norm {norm!r}")
+    return adv.clamp(0, 1)
 
 
 class _ResBlock(nn.Module):
