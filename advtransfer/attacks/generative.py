@@ -59,6 +59,21 @@ STOPS = ("budget", "plateau")
 OUTPUTS = ("delta", "image")
 
 
+def perturbation_stats(delta: torch.Tensor, eps: float, norm: str) -> tuple[float, float]:
+    """How perturbations ``delta`` (N×C×H×W, x_adv − x with pixels in [0,1]) use the ε budget: (the
+    share at the bound — L∞: entries with |δ| ≥ 0.99ε, L2: images with ‖δ‖ ≥ 0.99ε —, the share of
+    their energy in the image-independent part, N‖mean δ‖² / Σ‖δ_i‖²: 1 when every image gets the
+    same δ; about 1/N for unrelated ones; nan when δ is zero)."""
+    d = delta.flatten(1).double()
+    if norm == "linf":
+        at_bound = float((d.abs() >= 0.99 * eps).double().mean())
+    else:
+        at_bound = float((d.norm(dim=1) >= 0.99 * eps).double().mean())
+    energy = float((d ** 2).sum())
+    universal = float(len(d) * (d.mean(0) ** 2).sum() / energy) if energy > 0 else float("nan")
+    return at_bound, universal
+
+
 class Conditioned(nn.Module):
     """A conditional network with its class embedding: learned (``table`` None, ``dim`` numbers per
     class) or fixed (``table``: classes×D, e.g. CLIP text embeddings)."""
@@ -378,19 +393,10 @@ class GenerativeAttack(Attack):
     @torch.no_grad()
     def delta_stats(self, G: nn.Module, x: torch.Tensor, t: torch.Tensor | None, batch_size: int,
                     device: str) -> tuple[float, float]:
-        """How the trained generator's perturbations δ = x_adv − x of images ``x`` (N×C×H×W in
-        [0,1]; targets ``t`` for a conditional one) use the budget: (the share of δ at the bound —
-        L∞: entries with |δ| ≥ 0.99ε, L2: images with ‖δ‖ ≥ 0.99ε —, the share of δ's energy in
-        its image-independent part, N‖mean δ‖² / Σ‖δ_i‖²: 1 when every image gets the same δ,
-        i.e. the generator has collapsed into a universal perturbation; about 1/N for unrelated ones)."""
-        d = (self.apply(G, x, t, batch_size, device) - x).flatten(1).double()
-        if self.norm == "linf":
-            at_bound = float((d.abs() >= 0.99 * self.eps).double().mean())
-        else:
-            at_bound = float((d.norm(dim=1) >= 0.99 * self.eps).double().mean())
-        energy = float((d ** 2).sum())
-        universal = float(len(d) * (d.mean(0) ** 2).sum() / energy) if energy > 0 else float("nan")
-        return at_bound, universal
+        """:func:`perturbation_stats` of the generator's perturbations δ = x_adv − x of images ``x``
+        (N×C×H×W in [0,1]; targets ``t`` for a conditional one): (share at the ε bound, share of δ's
+        energy common to every image; both 1 for a generator collapsed into one universal ±ε δ)."""
+        return perturbation_stats(self.apply(G, x, t, batch_size, device) - x, self.eps, self.norm)
 
     def update(self, G: nn.Module, opt: torch.optim.Optimizer, params: list[torch.Tensor], st: "TrainState",
                x: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None) -> float:
@@ -468,7 +474,7 @@ class GenerativeAttack(Attack):
                 x, y, index, target = x[keep], y[keep], index[keep], target[keep]
         x_adv = self.apply(G, x, target, ctx.batch_size, ctx.device)
         craft_s = time.perf_counter() - t0
-        at_bound, universal = self.delta_stats(G, x, target, ctx.batch_size, ctx.device)
+        at_bound, universal = perturbation_stats(x_adv - x, self.eps, self.norm)  # the x_adv just made, not a second pass
         # how well the generator fits its training images (surrogate set, the first CRAFT_FIT_IMAGES)
         xs, ys = x_tr[:CRAFT_FIT_IMAGES], y_tr[:CRAFT_FIT_IMAGES]
         n_classes = int(S.mean_logits(xs[:1].to(ctx.device)).shape[1])
