@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import json
 import subprocess
 import sys
 
@@ -25,6 +26,15 @@ KERNEL_PIN = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_
 if platform.machine().lower() in ("x86_64", "amd64"):
     for _k, _v in KERNEL_PIN.items():
         os.environ.setdefault(_k, _v)
+
+# Under pytest-xdist (`make test` runs two workers) each worker computes on one torch thread, but
+# trainings pin their recipe's thread count and CLI subprocesses take two, so a worker's process can
+# share the two cores with another busy one. OpenMP's default spin-waiting then makes both run 3-4x
+# slower (measured: two 2-thread ResNet-20 trainings side by side, 3.5x each); passive waiting
+# brings that to the fair 2x. Set before torch loads; an explicit setting wins.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1" under `pytest -n 2`, else None
+if WORKER:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # torch.compile's kernels go to a fresh folder per session: inductor keeps compiled kernels in
 # /tmp/torchinductor_<user> across processes, so kernels built by an earlier unpinned run (other
@@ -53,6 +63,22 @@ def _data_dir() -> str | None:
     return str(cand) if (cand / "test.npz").is_file() else None
 
 
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh folder of this test run; under pytest-xdist one folder for all workers of the run
+    (beside their own temporary folders)."""
+    if not WORKER:
+        return tmp_path_factory.mktemp(name)
+    path = tmp_path_factory.getbasetemp().parent / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's model cache, one for all workers: each ci model is trained once; workers that
+    need the same model wait on its training lock (advtransfer.models.sources.ensure_trained)."""
+    return _shared_dir(tmp_path_factory, "advtransfer-cache")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _env(tmp_path_factory: pytest.TempPathFactory):
     """Point the harness at a fresh temporary cache and at the offline CIFAR-10 copy."""
@@ -63,10 +89,12 @@ def _env(tmp_path_factory: pytest.TempPathFactory):
     if pinned and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "DEFAULT"):
         pytest.exit("torch was imported before tests/conftest.py could pin its CPU kernels to AVX2 "
                     "(a pytest plugin that imports torch?): run the suite with `make test`", 2)
-    cache = tmp_path_factory.mktemp("advtransfer-cache")
+    cache = _shared_cache(tmp_path_factory)
     old = {k: os.environ.get(k) for k in ("ADVTRANSFER_CACHE", "ADVTRANSFER_DATA", "ADVTRANSFER_SIZE", "HF_HUB_OFFLINE")}
     os.environ.update(ADVTRANSFER_CACHE=str(cache), ADVTRANSFER_DATA=data, ADVTRANSFER_SIZE="ci", HF_HUB_OFFLINE="1")
     threads = int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1))
+    if WORKER:  # two workers share the cores: one torch thread each (pinned trainings keep theirs)
+        threads = 1
     torch.set_num_threads(max(1, threads))
     yield cache
     for k, v in old.items():
@@ -136,18 +164,28 @@ def write_grid(path: Path, **changes) -> Path:
 def ci_run(tmp_path_factory, cache_dir):
     """Run a reduced copy of the ci grid, then the real grids/ci.yaml (one more victim) into the same
     folder, through the CLI in subprocesses (2 torch threads unless OMP_NUM_THREADS says otherwise).
-    Shared by the CLI tests and the golden regression check (once per session)."""
-    tmp = tmp_path_factory.mktemp("ci-run")
+    Shared by the CLI tests and the golden regression check: once per test run, also under
+    pytest-xdist (the first worker to ask runs it under a file lock, the others read its record)."""
+    from filelock import FileLock
+
+    tmp = _shared_dir(tmp_path_factory, "ci-run")
     run = tmp / "run"
     full = yaml.safe_load((REPO / "grids" / "ci.yaml").read_text())
-    reduced = write_grid(tmp / "reduced.yaml", victims=[v for v in full["victims"] if v != "mobilenet_a"])
-    # figures and report come from the second run (the tests read those); the first skips them
-    first = cli("grid", str(reduced), "--out", str(run), "--no-progress", "--no-plot", "--no-report")
-    adv_mtimes = {p.name: p.stat().st_mtime_ns for p in (run / "adv").glob("*.safetensors")}
-    rows_first = len(pd.read_parquet(run / "results.parquet"))
-    second = cli("grid", "ci", "--out", str(run), "--no-progress")
-    return {"run": run, "full": full, "first": first, "second": second, "adv_mtimes": adv_mtimes,
-            "rows_first": rows_first}
+    record = tmp / "ci_run.json"
+    with FileLock(str(tmp / ".lock")):
+        if not record.is_file():
+            reduced = write_grid(tmp / "reduced.yaml", victims=[v for v in full["victims"] if v != "mobilenet_a"])
+            # figures and report come from the second run (the tests read those); the first skips them
+            first = cli("grid", str(reduced), "--out", str(run), "--no-progress", "--no-plot", "--no-report")
+            adv_mtimes = {p.name: p.stat().st_mtime_ns for p in (run / "adv").glob("*.safetensors")}
+            rows_first = len(pd.read_parquet(run / "results.parquet"))
+            second = cli("grid", "ci", "--out", str(run), "--no-progress")
+            procs = {k: {"args": p.args, "returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+                     for k, p in (("first", first), ("second", second))}
+            record.write_text(json.dumps({"procs": procs, "adv_mtimes": adv_mtimes, "rows_first": rows_first}))
+    got = json.loads(record.read_text())
+    procs = {k: subprocess.CompletedProcess(**v) for k, v in got["procs"].items()}
+    return {"run": run, "full": full, **procs, "adv_mtimes": got["adv_mtimes"], "rows_first": got["rows_first"]}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
