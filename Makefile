@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_blackbox.py
 	$(BIN)/python benchmarks/bench_executors.py
+	$(BIN)/python benchmarks/bench_contention.py
 
 # minimal distortion, HopSkipJump yardstick, union over attacks, FiT, SAT; then the report
 distortion: $(STAMP)
