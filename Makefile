@@ -7,6 +7,8 @@
 #   make golden-update    refresh the ci grid's regression baseline results/baselines/ci/
 #   make fingerprints     refresh the attacks' output fingerprints after a version bump
 #   make claims-runs SIZE=cpu|converged [GRIDS="attack-families input-transforms@eps16 ..."]   run what the claims need
+#   make claims-pack SIZE=...   pack the unfinished claims runs without their examples into claims/partial/ (commit:
+#                 the next make claims-runs, on any clone, resumes them)
 #   make claims   keep their per-image records in claims/records/ and tabulate them (into docs/claims.md)
 #   make docs     the documentation site (docs/, mkdocs.yml) built with mkdocs --strict into site/
 PYTHON ?= python3
@@ -33,7 +35,7 @@ ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
 KERNELS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 endif
 
-.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints claims claims-runs docs
+.PHONY: install grid test zoo plot bench distortion report clean-results golden-update fingerprints claims claims-runs claims-pack docs
 
 install: $(STAMP)
 
@@ -103,15 +105,34 @@ CLAIMS      ?= claims/cifar10.yaml
 CLAIMS_RUNS ?= results/claims
 GRIDS       ?=
 CLAIMS_N    ?= 1000
+# A run too long for one machine goes on in sittings: stop make claims-runs (Ctrl-C or kill), then
+# make claims-pack SIZE=... packs each unfinished run under CLAIMS_RUNS/SIZE without its adversarial
+# examples into PARTIAL/SIZE/<run>/ (advtransfer pack: rows and per-image tables, about 100 kB a
+# cell; commit it), and the next make claims-runs on any clone copies that pack into the run
+# folder when the folder does not exist and crafts only the cells not yet finished. claims-pack
+# removes the pack of a run that has finished (make claims keeps its records).
+PARTIAL     ?= claims/partial
 claims-runs: $(STAMP)
 	@runs="$$($(BIN)/advtransfer claims $(CLAIMS) --list-grids --size $(SIZE))" || exit 2; failed=""; \
 	list="$$(mktemp)"; printf '%s\n' "$$runs" > "$$list"; \
 	while IFS="$$(printf '\t')" read -r name args; do \
 	  if [ -n "$(GRIDS)" ]; then case " $(GRIDS) " in *" $$name "*) ;; *) continue ;; esac; fi; \
+	  if [ ! -e "$(CLAIMS_RUNS)/$(SIZE)/$$name" ] && [ -f "$(PARTIAL)/$(SIZE)/$$name/manifest.json" ]; then \
+	    mkdir -p "$(CLAIMS_RUNS)/$(SIZE)" && cp -R "$(PARTIAL)/$(SIZE)/$$name" "$(CLAIMS_RUNS)/$(SIZE)/$$name" || exit 1; \
+	    echo "$$name: resuming from the pack $(PARTIAL)/$(SIZE)/$$name"; fi; \
 	  eval "$(BIN)/advtransfer grid -n $(CLAIMS_N) $$args --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot" \
 	    </dev/null || failed="$$failed $$name"; \
 	done < "$$list"; rm -f "$$list"; \
 	test -z "$$failed" || { echo "runs that did not finish at size $(SIZE):$$failed"; exit 1; }
+
+claims-pack: $(STAMP)
+	@for run in $(CLAIMS_RUNS)/$(SIZE)/*/; do run="$${run%/}"; name="$${run##*/}"; \
+	  test -f "$$run/manifest.json" || continue; \
+	  if $(BIN)/python -c "import json, sys; sys.exit(1 if json.load(open(sys.argv[1])).get('finished_at') else 0)" "$$run/manifest.json"; then \
+	    $(BIN)/advtransfer pack "$$run" "$(PARTIAL)/$(SIZE)/$$name" || exit $$?; \
+	  elif [ -d "$(PARTIAL)/$(SIZE)/$$name" ]; then rm -rf "$(PARTIAL)/$(SIZE)/$$name"; \
+	    echo "removed the pack $(PARTIAL)/$(SIZE)/$$name: $$run has finished (make claims keeps its records)"; fi; \
+	done
 
 claims: $(STAMP)
 	$(BIN)/advtransfer claims $(CLAIMS) --runs $(CLAIMS_RUNS) --records claims/records --page docs/claims.md

@@ -188,6 +188,24 @@ def ci_run(tmp_path_factory, cache_dir):
     return {"run": run, "full": full, **procs, "adv_mtimes": got["adv_mtimes"], "rows_first": got["rows_first"]}
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, trained):
+    """A two-cell grid (ResNet-20 surrogate, I-FGSM and MI-FGSM at 8/255, two victims, 20 test images)
+    and a reference run of it made without interruption (in-process), once per test module that asks:
+    the interruption and pack tests compare their runs' tables with it."""
+    for m in ("resnet20_a", "resnet20_b", "vgg_a"):
+        trained(m)
+    tmp = tmp_path_factory.mktemp("reliability")
+    grid = write_grid(tmp / "tiny.yaml", surrogates=["resnet20_a"], victims=["resnet20_b", "vgg_a"],
+                      attacks={"ifgsm": {}, "mifgsm": {}}, eps=["8/255"], n=20)
+    from advtransfer.grid import load_grid
+    from advtransfer.run.context import RunContext
+    from advtransfer.run.runner import run_grid
+
+    ref = run_grid(load_grid(str(grid)), RunContext(tmp / "ref", progress=False), log=lambda _m: None)
+    return {"grid": grid, "ref": ref, "tmp": tmp}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # A run that collects no test is a failure, not pytest's "no tests" exit 5.
     if session.testscollected == 0:

@@ -24,22 +24,6 @@ from conftest import REPO, write_grid
 VOLATILE = ["craft_s", "eval_s", "created_at", "run_id"]  # wall times and the folder's name
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, trained):
-    """The grid file, and a reference run of it made without interruption (in-process)."""
-    for m in ("resnet20_a", "resnet20_b", "vgg_a"):
-        trained(m)
-    tmp = tmp_path_factory.mktemp("reliability")
-    grid = write_grid(tmp / "tiny.yaml", surrogates=["resnet20_a"], victims=["resnet20_b", "vgg_a"],
-                      attacks={"ifgsm": {}, "mifgsm": {}}, eps=["8/255"], n=20)
-    from advtransfer.grid import load_grid
-    from advtransfer.run.context import RunContext
-    from advtransfer.run.runner import run_grid
-
-    ref = run_grid(load_grid(str(grid)), RunContext(tmp / "ref", progress=False), log=lambda _m: None)
-    return {"grid": grid, "ref": ref, "tmp": tmp}
-
-
 def _cmd(grid: Path, run: Path) -> list[str]:
     return [sys.executable, "-m", "advtransfer", "grid", str(grid), "--out", str(run), "--no-progress", "--no-plot",
             "--no-report"]

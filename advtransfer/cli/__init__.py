@@ -16,14 +16,14 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from . import (attacks, claims, compare, distortion, dumb, golden, grid, knowledge, layers, lineage, measure, pas,
-               plot, report, whitebox_match, zoo)
+from . import (attacks, claims, compare, distortion, dumb, golden, grid, knowledge, layers, lineage, measure, pack,
+               pas, plot, report, whitebox_match, zoo)
 from ..core.config import ENVIRONMENT
 from ..core.errors import UserError
 from ..run.executors import CellsFailed
 
 # command name -> module, in the order `advtransfer --help` lists them
-_MODULES = {"grid": grid, "zoo": zoo, "plot": plot, "attacks": attacks, "pas": pas, "layers": layers,
+_MODULES = {"grid": grid, "pack": pack, "zoo": zoo, "plot": plot, "attacks": attacks, "pas": pas, "layers": layers,
             "compare": compare, "report": report, "distortion": distortion, "golden": golden, "dumb": dumb,
             "lineage": lineage, "knowledge": knowledge, "whitebox-match": whitebox_match,
             "claims": claims, "measure": measure}
@@ -34,6 +34,7 @@ EPILOG = """\
 examples:
   advtransfer grid cifar10 --attack mifgsm      run the default CIFAR-10 grid for MI-FGSM
   advtransfer grid grids/ci.yaml --out /tmp/run  a grid file, results in /tmp/run
+  advtransfer pack /tmp/run /tmp/packed          the run without its examples: resume it elsewhere
   advtransfer zoo train --size ci                train every zoo model at CI size
   advtransfer zoo list                           models, whether trained, clean accuracy
   advtransfer plot results/cifar10               transfer-matrix heatmaps of a run

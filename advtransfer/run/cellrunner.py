@@ -299,11 +299,19 @@ def victims_to_evaluate(store: RunStore, cell: Cell, victims: list[str], shas: d
     """(victims to evaluate, the cell's sound shard or None). The victims of ``victims`` the cell still needs: those without a row for the current weights
     (``shas``: model → sha256) in a sound shard, or without per-image rows in a sound samples table;
     all of them when its examples are missing or corrupt (they are re-crafted, and every row is
-    re-derived from the new ones). Corrupt files are reported and deleted on the way."""
+    re-derived from the new ones). A packed cell (``advtransfer pack`` left its examples behind)
+    needs nothing while its rows cover ``victims``, else all of them (re-crafted likewise).
+    Corrupt files are reported and deleted on the way."""
     shard = store.read_shard(cell.cell_id)
-    if not store.adv_intact(cell.cell_id) or shard is None:
+    if shard is None:
         return list(victims), shard
+    packed = False
+    if not store.adv_intact(cell.cell_id):
+        if not store.is_packed(cell.cell_id):
+            return list(victims), shard
+        packed = True
     done = {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
     samples = store.read_samples(cell.cell_id)
     done &= set(samples["victim"]) if samples is not None else set()
-    return [v for v in victims if v not in done], shard
+    todo = [v for v in victims if v not in done]
+    return (list(victims) if packed and todo else todo), shard

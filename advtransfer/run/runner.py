@@ -175,16 +175,19 @@ def plan_grid(spec: GridSpec, context: RunContext | str | Path | None = None) ->
         pending = any(m in train for m in cell.surrogate.models)
         attack = cell.resolved
         cached = not pending and store.adv_path(cell.cell_id).is_file() and checksum_matches(store.adv_path(cell.cell_id)) is not False
+        packed = not pending and not cached and store.is_packed(cell.cell_id)
         if pending or not run_dir.is_dir():
             todo = list(spec.victims)
         else:
             shard = _peek_table(store.shard_path(cell.cell_id))
             done = set() if shard is None else {v for v, s in zip(shard["victim"], shard["victim_sha"]) if shas.get(v) == s}
             todo = [v for v in spec.victims if v not in done]
+            if packed and (todo or shard is None):  # a packed cell that needs a victim is crafted again, every row with it
+                packed, todo = False, list(spec.victims)
         n_models = len(cell.surrogate.models)
         rows.append({"cell_id": None if pending else cell.cell_id, "surrogate": cell.surrogate.name,
                      "attack": cell.attack.label, "eps": eps_to_str(cell.eps), "seed": cell.seed,
-                     "examples": "cached" if cached else "to craft", "victims_to_evaluate": len(todo),
-                     "craft_passes": 0 if cached else attack.craft_passes(n_models, spec.n),
+                     "examples": "cached" if cached else "packed" if packed else "to craft", "victims_to_evaluate": len(todo),
+                     "craft_passes": 0 if cached or packed else attack.craft_passes(n_models, spec.n),
                      "eval_passes": len(todo) * spec.n})
     return {"run_dir": run_dir, "train": train, "cells": rows}

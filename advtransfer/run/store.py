@@ -2,6 +2,8 @@
 
 RUN_DIR/
   adv/<cell_id>.safetensors      x_adv float32 N×C×H×W, index int64 N (+ target, delta)
+  adv/<cell_id>.packed           instead of the examples in a packed run (``advtransfer pack``): the cell's
+                                 rows and per-image table are final and its examples were left behind
   shards/<cell_id>.parquet       the cell's rows, one per victim (rewritten atomically)
   samples/<cell_id>.parquet      per-image results (victim, index, success, l2)
   results.parquet, results.csv   all shards merged
@@ -64,6 +66,19 @@ class RunStore:
         with atomic_path(self.adv_path(cell_id), checksum=True) as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp),
                       metadata={k: json.dumps(v) for k, v in meta.items()})
+        self.packed_path(cell_id).unlink(missing_ok=True)  # a re-crafted packed cell has its examples again
+
+    def packed_path(self, cell_id: str) -> Path:
+        return self.root / "adv" / f"{cell_id}.packed"
+
+    def is_packed(self, cell_id: str) -> bool:
+        """Whether the cell's examples were left behind by ``advtransfer pack`` (its rows and
+        per-image table stand without them; a victim they lack makes the cell re-crafted)."""
+        return self.packed_path(cell_id).is_file()
+
+    def mark_packed(self, cell_id: str, record: dict) -> None:
+        """Write the cell's packed marker (JSON: what the left-behind examples were)."""
+        atomic_write_text(self.packed_path(cell_id), json.dumps(record, indent=1, sort_keys=True) + "\n")
 
     def adv_intact(self, cell_id: str) -> bool:
         """Whether the cell's cached examples exist and match their checksum (a mismatch is

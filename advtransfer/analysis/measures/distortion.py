@@ -304,7 +304,12 @@ def cell_images(run_dir: str | Path, cell_id: str, manifest: dict, data_dir=None
     from ...grid.runspec import RunSpec
     from ...run.store import RunStore
 
-    cached = RunStore(run_dir).load_adv(cell_id)
+    store = RunStore(run_dir)
+    cached = store.load_adv(cell_id)
+    if cached is None and store.is_packed(cell_id):
+        raise UserError(f"cell {cell_id} of {run_dir} was packed without its examples (advtransfer pack); measure "
+                        "the run folder that has them, or craft them again in a copy of the pack with its adv/"
+                        f"{cell_id}.packed deleted")
     if cached is None:
         raise UserError(f"cell {cell_id} has no cached examples in {run_dir}/adv; rerun the grid to craft them")
     t, _meta = cached
