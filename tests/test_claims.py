@@ -660,3 +660,26 @@ def test_bad_regimes_are_one_line(tmp_path, claim_regimes, paper, message):
     path.write_text(path.read_text().replace("    label:", "    colour: red\n    label:"))
     with pytest.raises(UserError, match=re.escape("regime 'wide': unknown key(s) colour")):
         load_claims(path)
+
+
+def test_a_regime_runs_its_own_attack_labels_in_each_grid(tmp_path, capsys):
+    """``attacks:`` as a mapping grid → labels: each grid's run gets its own --attack (a grid the
+    mapping does not name runs every attack); a grid no claim measures in the regime is refused."""
+    from advtransfer.cli import main
+
+    path = _regime_spec(tmp_path)
+    grid = str(tmp_path / "grid.yaml")
+    text = path.read_text()
+    path.write_text(text.replace("    sizes: [converged]\n", f"    sizes: [converged]\n    attacks: {{{grid}: [cwa]}}\n", 1))
+    spec = load_claims(path)
+    assert spec.regimes["wide"].labels(grid) == ("cwa",) and spec.regimes["wide"].labels("other") == ()
+    assert main(["claims", str(path), "--list-grids", "--size", "converged"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"synthetic@wide\t{grid} -n 500 --attack cwa --set ")
+    assert "--attack" not in lines[0]  # the standard regime runs the grid as written
+    path.write_text(text.replace("    sizes: [converged]\n", "    sizes: [converged]\n    attacks: {ensembel: [cwa]}\n", 1))
+    with pytest.raises(UserError, match="attacks names grid 'ensembel', which no claim measures"):
+        load_claims(path)
+    path.write_text(text.replace("    sizes: [converged]\n", "    sizes: [converged]\n    attacks: {ensemble: cwa}\n", 1))
+    with pytest.raises(UserError, match="map grids to their labels"):
+        load_claims(path)

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         runs = list(dict.fromkeys(r for s in ([args.size] if args.size else spec.sizes) for r in spec.runs(s)))
         for g, regime in runs:
             folder = names[g] + ("" if regime == STANDARD else f"@{regime}")
-            sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args())
+            sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args(g))
             print(f"{folder}\t{shlex.quote(g)}{sets}")
         return 0
     readme = Path(args.readme) if args.readme else None

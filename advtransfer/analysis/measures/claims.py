@@ -166,15 +166,24 @@ class Regime:
     sizes: tuple[str, ...] | None = None
     source: str = ""
     attacks: tuple[str, ...] = ()  # run only these attack labels (and their matched baselines); () = all
+    #: (grid, labels) where the regime runs other labels in a grid than ``attacks`` (``attacks:`` given
+    #: as a mapping grid → labels: a grid it does not name runs every attack)
+    grid_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def grid_args(self) -> list[str]:
-        """The regime as ``advtransfer grid`` arguments: ``-n N`` for its image count (so it wins
-        over a runner's default ``-n``), ``--set KEY.PATH=VALUE`` for every other key."""
+    def labels(self, grid: str | None = None) -> tuple[str, ...]:
+        """The attack labels the regime runs in ``grid`` (a claim's ``grid:``); () = all of them."""
+        return dict(self.grid_attacks).get(grid, self.attacks) if grid is not None else self.attacks
+
+    def grid_args(self, grid: str | None = None) -> list[str]:
+        """The regime as ``advtransfer grid`` arguments for ``grid``: ``-n N`` for its image count (so it
+        wins over a runner's default ``-n``), ``--attack`` for the labels it runs there, ``--set
+        KEY.PATH=VALUE`` for every other key."""
         from ...grid.load import flatten_sets
 
         rest = {k: v for k, v in self.sets.items() if k != "n"}
+        only = self.labels(grid)
         return ((["-n", str(self.sets["n"])] if "n" in self.sets else [])
-                + (["--attack", ",".join(self.attacks)] if self.attacks else [])
+                + (["--attack", ",".join(only)] if only else [])
                 + [a for kv in flatten_sets(rest) for a in ("--set", kv)])
 
 
@@ -240,6 +249,12 @@ def load_claims(path: str | Path) -> ClaimsSpec:
         if cid and cid in {c.id for c in claims}:
             raise UserError(f"{where}: the id is used twice")
         claims.append(_parse_claim(e, cid, where, sizes, regimes))
+    for reg in regimes.values():  # a grid named in a regime's attacks mapping is one its claims run
+        grids = {c.at(s, reg.name).grid for c in claims if reg.name in c.regime_names() for s in sizes}
+        for g, _ in reg.grid_attacks:
+            if g not in grids:
+                raise UserError(f"{p}: regime {reg.name!r}: attacks names grid {g!r}, which no claim measures in "
+                                f"this regime; its claims' grids: {', '.join(sorted(grids)) or 'none'}")
     return ClaimsSpec(name=str(raw.get("name", p.stem)), sizes=tuple(sizes), claims=tuple(claims), regimes=regimes)
 
 
@@ -329,10 +344,15 @@ def _load_regimes(raw: Any, p: Path, sizes: list[str]) -> dict[str, Regime]:
         if not r.get("label"):
             raise UserError(f"{where}: `label` is required (what the regime is: eps, steps, step size, targeting)")
         only = r.get("attacks") or []
-        if not isinstance(only, list) or not all(isinstance(a, str) and a for a in only):
-            raise UserError(f"{where}: attacks must list the attack labels the regime runs, e.g. [sgm]")
+        by_grid = only if isinstance(only, dict) else {}
+        labels_ok = lambda v: isinstance(v, list) and bool(v) and all(isinstance(a, str) and a for a in v)  # noqa: E731
+        if not (isinstance(only, list) and (not only or labels_ok(only))) and not (
+                by_grid and all(isinstance(g, str) and labels_ok(v) for g, v in by_grid.items())):
+            raise UserError(f"{where}: attacks must list the attack labels the regime runs, e.g. [sgm], or map "
+                            "grids to their labels, e.g. {ensemble: [cwa], cwa-beta: [cwa_b50]}")
         out[str(name)] = Regime(str(name), str(r["label"]), sets, tuple(rs) if rs is not None else None,
-                                str(r.get("source", "")), tuple(only))
+                                str(r.get("source", "")), () if by_grid else tuple(only),
+                                tuple((g, tuple(v)) for g, v in by_grid.items()))
     return out
 
 
@@ -674,7 +694,7 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
 def run_command(spec: ClaimsSpec, grid: str, size: str, regime: str = STANDARD) -> str:
     """The command that makes the run of ``grid`` in ``regime`` at zoo ``size`` (what ``make
     claims-runs`` runs; ``RUNS`` stands for its runs folder)."""
-    sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args())
+    sets = "".join(f" {shlex.quote(a)}" for a in spec.regimes[regime].grid_args(grid))
     name = grid_name(grid) + ("" if regime == STANDARD else f"@{regime}")
     return f"advtransfer grid {grid} --size {size}{sets} --out RUNS/{size}/{name} (make claims-runs SIZE={size})"
 
