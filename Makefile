@@ -107,8 +107,8 @@ GRIDS       ?=
 CLAIMS_N    ?= 1000
 # A run too long for one machine goes on in sittings: stop make claims-runs (Ctrl-C or kill), then
 # make claims-pack SIZE=... packs each unfinished run under CLAIMS_RUNS/SIZE without its adversarial
-# examples into PARTIAL/SIZE/<run>/ (advtransfer pack: rows and per-image tables, about 100 kB a
-# cell; commit it), and the next make claims-runs on any clone copies that pack into the run
+# examples into PARTIAL/SIZE/<run>/ (advtransfer pack: rows, per-image tables and the manifest;
+# commit it), and the next make claims-runs on any clone copies that pack into the run
 # folder when the folder does not exist and crafts only the cells not yet finished. claims-pack
 # removes the pack of a run that has finished (make claims keeps its records).
 PARTIAL     ?= claims/partial

@@ -1,8 +1,8 @@
 """A run folder without its adversarial examples: what a finished or interrupted run needs to be
 resumed elsewhere, small enough to commit or copy.
 
-A run's examples (``adv/<cell_id>.safetensors``: N×3×32×32 float32, about 6 MB a cell at 500
-images) are most of its size; its rows, per-image tables and manifest are about 100 kB a cell.
+A run's examples (``adv/<cell_id>.safetensors``: N×3×32×32 float32 a cell, 12,288 bytes an image)
+are most of its size; its rows, per-image tables and manifest are a small fraction of it.
 :func:`pack_run` copies the latter for every finished cell (a sound shard and a sound per-image
 table, both matching their checksums) into a run folder ``dest`` and writes
 ``adv/<cell_id>.packed`` where each cell's examples were. ``advtransfer grid`` on ``dest`` (or on a
