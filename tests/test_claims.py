@@ -683,3 +683,28 @@ def test_a_regime_runs_its_own_attack_labels_in_each_grid(tmp_path, capsys):
     path.write_text(text.replace("    sizes: [converged]\n", "    sizes: [converged]\n    attacks: {ensemble: cwa}\n", 1))
     with pytest.raises(UserError, match="map grids to their labels"):
         load_claims(path)
+
+
+def test_a_regime_that_changes_nothing_is_named_and_not_counted_in_the_label(tmp_path):
+    """A regime whose run repeats another's per-image outcomes exactly (its settings changed nothing
+    the attacks did, e.g. a step size the attack already used) is flagged and left out of the label,
+    so one measurement never counts as two regimes."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    std = make_run(runs / "converged" / "synthetic", replicates=3)
+    shutil.copytree(std, runs / "converged" / "synthetic@wide")
+    df = claims_table(load_claims(_regime_spec(tmp_path)), runs)
+    s, w = df.iloc[0], df.iloc[1]
+    assert s["converged_same_as"] == "" and w["converged_same_as"] == "standard"
+    assert s["converged_outcomes_sha"] == w["converged_outcomes_sha"]
+    assert w["converged_label"] == f"{s['converged_verdict']} (one regime measured: standard)"
+    assert "the same per-image outcomes as standard" in format_claims(df, ("converged", "cpu"))
+    # one image's outcome differs: a measurement of its own, counted
+    wide = runs / "converged" / "synthetic@wide"
+    f = sorted((wide / "samples").glob("cwa*.parquet"))[0]
+    t = pd.read_parquet(f)
+    t.loc[t.index[t["clean_correct"]][0], "success"] ^= True
+    t.to_parquet(f, index=False)
+    df = claims_table(load_claims(_regime_spec(tmp_path)), runs)
+    assert df.iloc[1]["converged_same_as"] == "" and "(2)" in df.iloc[1]["converged_label"]

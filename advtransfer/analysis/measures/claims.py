@@ -604,6 +604,7 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
         "n_victims": int(m["victim_a" if two_victims else "victim"].nunique()), "n_replicates": len(per_rep),
         "rep_min": float(min(per_rep)), "rep_max": float(max(per_rep)),
         "grad_evals_a": float(m["grad_evals_a"].mean()), "grad_evals_b": float(m["grad_evals_b"].mean()),
+        "outcomes_sha": _outcomes_sha(sa, sb, cluster),
     }
     if every:  # the same comparison over all images (success = the goal met on x_adv)
         ix, ha, hb, st = (cat([e[k] for e in every]) for k in range(4))
@@ -618,6 +619,17 @@ def evaluate_claim(claim: Claim, run_dir: str | Path, seed: int = 0) -> dict[str
         out.update(asr_a=res.asr_b, asr_b=res.asr_a, n_sources=int(m["cell_id"].nunique()),
                    clean_a=clean["a"], clean_b=clean["b"])
     return out
+
+
+def _outcomes_sha(sa: np.ndarray, sb: np.ndarray, images: np.ndarray) -> str:
+    """A fingerprint of a row's paired per-image outcomes (both sides' successes and the images, in
+    pair order): two regimes with the same fingerprint measured the same thing."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for arr in (np.asarray(sa, dtype=np.uint8), np.asarray(sb, dtype=np.uint8), np.asarray(images, dtype=np.int64)):
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
 
 
 def claim_verdict(r: dict[str, Any], min_gain: float) -> str:
@@ -651,7 +663,9 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
     (over every row of the size), replicate range, verdict, gradient evaluations per image of each
     side, the all-images difference where recorded, and the claim's label over its regimes
     (:func:`regime_label`), read from ``runs/<size>/<grid name>[@<regime>]/``. A size whose run
-    folder is missing leaves its columns empty and says so in ``<size>_note``."""
+    folder is missing leaves its columns empty and says so in ``<size>_note``. A regime whose paired
+    per-image outcomes are exactly an earlier regime's of the same claim (its settings changed
+    nothing the attacks did) names that regime in ``<size>_same_as`` and is left out of the label."""
     grid_names = {g: grid_name(g) for g in spec.grid_names()}
     first = spec.measured(spec.sizes[0])
     rows: list[dict[str, Any]] = [
@@ -679,13 +693,19 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
         for r, p in zip(results, holm(ps)):
             if "p" in r:
                 r["p_holm"] = float(p)
+        seen: dict[tuple[str, str], str] = {}  # (claim, outcomes) -> the first regime that measured them
         for row, c, r in zip(rows, measured, results):  # min_gain is the same at every size
             for k, v in r.items():
                 row[f"{size}_{k}"] = v
             row[f"{size}_verdict"] = claim_verdict(r, c.min_gain)
+            if r.get("outcomes_sha"):  # a regime that changed nothing the attacks did is not another regime
+                row[f"{size}_same_as"] = seen.setdefault((c.id, r["outcomes_sha"]), c.regime)
+                if row[f"{size}_same_as"] == c.regime:
+                    row[f"{size}_same_as"] = ""
     df = pd.DataFrame(rows)
     for size in spec.sizes:
-        labels = {cid: regime_label(list(zip(g["regime"], g[f"{size}_verdict"])))
+        same = df[f"{size}_same_as"].fillna("") if f"{size}_same_as" in df else pd.Series("", index=df.index)
+        labels = {cid: regime_label([(r, v) for r, v, d in zip(g["regime"], g[f"{size}_verdict"], same[g.index]) if not d])
                   for cid, g in df.groupby("id", sort=False)}
         df[f"{size}_label"] = df["id"].map(labels)
     return df
@@ -756,9 +776,12 @@ def _cell(r: pd.Series, s: str) -> str:
         return head + (f"ASR on A {100 * r[f'{s}_asr_a']:.1f}% vs on B {100 * r[f'{s}_asr_b']:.1f}% "
                        f"from {_count(r[f'{s}_n_sources'], 'source')}; clean accuracy A {100 * r[f'{s}_clean_a']:.1f}% "
                        f"vs B {100 * r[f'{s}_clean_b']:.1f}%; grad evals/image {r[f'{s}_grad_evals_a']:.0f}")
+    same = r.get(f"{s}_same_as")
     return head + (f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
                    f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
-                   f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}{_all_note(r, s)}")
+                   f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}{_all_note(r, s)}"
+                   + (f"; the same per-image outcomes as regime {same} (not counted in the label)"
+                      if isinstance(same, str) and same else ""))
 
 
 def _all_note(r: pd.Series, s: str) -> str:
@@ -775,8 +798,10 @@ def _short(r: pd.Series, s: str) -> str:
     if f"{s}_diff" not in r or pd.isna(r.get(f"{s}_diff")):
         note = str(r.get(f"{s}_note", ""))
         return "not run" if note.startswith("not run") else "not measured"
+    same = r.get(f"{s}_same_as")
     return (f"{r[f'{s}_verdict']} {_pts(r[f'{s}_diff'])} [{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}]"
-            + (" (paper's regime)" if r.get("paper_regime") else ""))
+            + (" (paper's regime)" if r.get("paper_regime") else "")
+            + (f" (the same per-image outcomes as {same}: not counted in the label)" if isinstance(same, str) and same else ""))
 
 
 def format_claims(df: pd.DataFrame, sizes: tuple[str, ...]) -> str:
