@@ -708,3 +708,35 @@ def test_a_regime_that_changes_nothing_is_named_and_not_counted_in_the_label(tmp
     t.to_parquet(f, index=False)
     df = claims_table(load_claims(_regime_spec(tmp_path)), runs)
     assert df.iloc[1]["converged_same_as"] == "" and "(2)" in df.iloc[1]["converged_label"]
+
+
+def test_a_whitebox_regime_can_read_the_standard_ladder(tmp_path):
+    """``ladder_regime: standard``: the attack's run in the regime is matched on the ladder as run in
+    the standard regime (radii that bracket its white-box level, the same steps); without it the
+    regime needs its own ladder run and says which."""
+    import shutil
+
+    from advtransfer.analysis.measures.claim_records import export_records
+
+    (tmp_path / "ladder.yaml").write_text(GRID.replace("name: synthetic", "name: ladder"))
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    _wb_runs(runs, "cpu")
+    shutil.copytree(runs / "cpu" / "synthetic", runs / "cpu" / "synthetic@wide")
+    regimes = 'regimes:\n  wide:\n    label: "another attack setting"\n    set: {n: 500}\n'
+
+    def spec_with(claim_regimes: str):
+        path = _spec(tmp_path, sizes="[cpu]", by="whitebox", ladder=str(tmp_path / "ladder.yaml"),
+                     a="ladder:mifgsm", b="repr_push", regimes=claim_regimes)
+        path.write_text(path.read_text().replace("claims:\n", regimes + "claims:\n", 1))
+        return load_claims(path)
+
+    spec = spec_with("{wide: {ladder_regime: standard}}")
+    assert (str(tmp_path / "ladder.yaml"), "wide") not in spec.runs("cpu")
+    df = claims_table(spec, runs)
+    assert list(df["regime"]) == ["standard", "wide"] and df.iloc[1]["cpu_diff"] == pytest.approx(0.3)
+    export_records(spec, runs, records, log=lambda m: None)
+    pd.testing.assert_frame_equal(claims_table(spec, records), df)
+    own = claims_table(spec_with("[wide]"), runs).iloc[1]
+    assert own["cpu_verdict"] == "" and "--out RUNS/cpu/ladder@wide" in own["cpu_note"]
+    with pytest.raises(UserError, match="ladder_regime 'stnadard' is not a regime of the file"):
+        spec_with("{wide: {ladder_regime: stnadard}}")

@@ -71,12 +71,12 @@ def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame, regime
     side) in one run's results."""
     cells: set[str] = set()
     for c in spec.measured(size):
-        if grid not in c.grids() or c.skip or c.regime != regime:
+        if (grid, regime) not in c.grid_runs() or c.skip:
             continue
         if c.by == "whitebox":
-            if grid == c.grid:
+            if (grid, regime) == c.grid_runs()[0]:
                 cells |= whitebox_cells(df, c, ladder=False)
-            if grid == c.ladder:
+            if (grid, regime) == c.grid_runs()[-1] and c.ladder:
                 cells |= whitebox_cells(df, c, ladder=True)
             continue
         a, b, _ = claim_rows(df, c)

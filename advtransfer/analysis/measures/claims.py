@@ -95,7 +95,7 @@ _KEYS = ("claim", "paper", "setting", "grid", "by", "a", "b", "attack", "eps", "
 STANDARD = "standard"
 #: what a claim's ``regimes: {<regime>: {...}}`` may replace in that regime (an attack label of a
 #: transposed setting, another ε, a note why it is not measured there)
-REGIME_KEYS = ("a", "b", "attack", "surrogates", "victims", "eps", "skip")
+REGIME_KEYS = ("a", "b", "attack", "surrogates", "victims", "eps", "skip", "ladder_regime")
 _REGIME_FILE_KEYS = ("label", "set", "sizes", "source", "attacks")
 #: what a claim's ``sizes: {<size>: {...}}`` may replace at one zoo size (the grid and the models
 #: differ where a size trains differently: a converged grid, a checkpoint at another epoch)
@@ -129,10 +129,19 @@ class Claim:
     regimes: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ((STANDARD, ()),)
     paper_regime: str | None = None  # the regime closest to the paper's own (claims/regimes.md)
     paper_source: str | None = None  # where the paper regime's values come from
+    #: ``by: whitebox``: the regime whose run of the ladder grid a regime reads (None: the claim's
+    #: own). A regime that changes ε reads the ladder as run in the standard regime, whose radii
+    #: bracket the attack's white-box level, at the same steps.
+    ladder_regime: str | None = None
 
     def grids(self) -> tuple[str, ...]:
         """The grids whose runs this claim reads: its own, then its ladder's."""
         return (self.grid,) + ((self.ladder,) if self.ladder else ())
+
+    def grid_runs(self) -> tuple[tuple[str, str], ...]:
+        """(grid, regime) of each run this claim reads: its grid in its regime, then its ladder's
+        grid in ``ladder_regime`` (else its regime)."""
+        return ((self.grid, self.regime),) + (((self.ladder, self.ladder_regime or self.regime),) if self.ladder else ())
 
     def regime_names(self) -> tuple[str, ...]:
         return tuple(r for r, _ in self.regimes)
@@ -150,9 +159,10 @@ class Claim:
             over["eps"] = parse_fraction(over["eps"], "eps")
         return replace(self, **over, sizes=(), regime=regime)
 
-    def run_name(self, grid: str) -> str:
-        """The run folder name of ``grid`` (a grid file's name) in this claim's regime."""
-        return grid if self.regime == STANDARD else f"{grid}@{self.regime}"
+    def run_name(self, grid: str, regime: str | None = None) -> str:
+        """The run folder name of ``grid`` (a grid file's name) in ``regime`` (default: this claim's)."""
+        regime = self.regime if regime is None else regime
+        return grid if regime == STANDARD else f"{grid}@{regime}"
 
 
 @dataclass(frozen=True)
@@ -216,7 +226,7 @@ class ClaimsSpec:
 
     def runs(self, size: str) -> list[tuple[str, str]]:
         """The (grid, regime) runs the table reads at zoo ``size``, in first-use order."""
-        return list(dict.fromkeys((g, c.regime) for c in self.measured(size) if not c.skip for g in c.grids()))
+        return list(dict.fromkeys(gr for c in self.measured(size) if not c.skip for gr in c.grid_runs()))
 
 
 def load_claims(path: str | Path) -> ClaimsSpec:
@@ -376,6 +386,10 @@ def _claim_regimes(raw: Any, regimes: dict[str, Regime], where: str) -> tuple[tu
         bad = sorted(set(over) - set(REGIME_KEYS))
         if bad:
             raise UserError(f"{where}: regimes.{name} may only set {', '.join(REGIME_KEYS)}, not {', '.join(bad)}")
+        lr = over.get("ladder_regime")
+        if lr is not None and lr not in regimes:
+            raise UserError(f"{where}: regimes.{name}.ladder_regime {lr!r} is not a regime of the file; regimes: "
+                            f"{', '.join(regimes)}")
         eps = regimes[name].sets.get("eps")
         if "eps" not in over and eps is not None:
             eps = eps if isinstance(eps, list) else [eps]
@@ -681,11 +695,10 @@ def claims_table(spec: ClaimsSpec, runs: str | Path, seed: int = 0) -> pd.DataFr
             if c.skip:
                 results.append({"note": f"not measured: {c.skip}"})
                 continue
-            folders = [Path(runs) / size / c.run_name(grid_names[g]) for g in c.grids()]
-            missing = [g for g, f in zip(c.grids(), folders) if not (f / "results.parquet").is_file()]
+            folders = [Path(runs) / size / c.run_name(grid_names[g], r) for g, r in c.grid_runs()]
+            missing = [(g, r) for (g, r), f in zip(c.grid_runs(), folders) if not (f / "results.parquet").is_file()]
             if missing:
-                results.append({"note": "not run: " + " and ".join(run_command(spec, g, size, c.regime)
-                                                                  for g in missing)})
+                results.append({"note": "not run: " + " and ".join(run_command(spec, g, size, r) for g, r in missing)})
                 continue
             results.append(evaluate_whitebox_claim(c, *folders, seed) if c.by == "whitebox"
                            else evaluate_claim(c, folders[0], seed))
