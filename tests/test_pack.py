@@ -37,6 +37,9 @@ def test_a_finished_runs_pack_reruns_without_crafting_and_keeps_its_table(tiny):
         rec = json.loads((dest / "adv" / f"{m}.packed").read_text())
         assert rec["examples"] == f"{m}.safetensors" and len(rec["sha256"]) == 64
     assert json.loads((dest / "manifest.json").read_text())["finished_at"]
+    # a pack is copied and committed: it names no folder of the machine that ran it
+    for f in ("manifest.json", "run.log"):
+        assert str(tiny["tmp"]) not in (dest / f).read_text(), f
     pd.testing.assert_frame_equal(_table(dest), _table(tiny["ref"]))
     # nearly all of a run's size is its examples: the pack is a fraction of it
     size = lambda d: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())  # noqa: E731

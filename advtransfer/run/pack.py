@@ -46,6 +46,21 @@ def _spec_of(manifest: dict) -> dict:
     return {k: v for k, v in (manifest.get("spec") or {}).items() if k not in ("executor", "workers")}
 
 
+def _portable(path: str | None) -> str | None:
+    """A path as a pack may name it (a pack is meant to be copied and committed): relative to the
+    checkout or the working folder when inside one, ``grids/<file>`` for a grid file elsewhere,
+    else the file name alone; so no pack names the folders of the machine that ran it."""
+    from ..core.resources import source_root
+
+    if not path or not Path(path).is_absolute():
+        return path
+    p = Path(path)
+    for root in (source_root(), Path.cwd()):
+        if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
+            return p.resolve().relative_to(Path(root).resolve()).as_posix()
+    return f"{p.parent.name}/{p.name}" if p.parent.name == "grids" else p.name
+
+
 def _copy_checked(src: Path, dst: Path) -> None:
     """Copy ``src`` and its checksum file to ``dst`` (the checksum first, then the file, each renamed into
     place), so ``dst`` is never a file without the checksum it must match."""
@@ -144,10 +159,14 @@ def pack_run(run: str | Path, dest: str | Path) -> Packed:
                             {"at": now, "from_run": manifest.get("run_id"), "git_sha": manifest.get("git_sha"),
                              "cells": len(cells), "finished": bool(manifest.get("finished_at"))}]
         merged["updated_at"] = now
+        raw_grid = manifest.get("grid_file")
+        merged["grid_file"] = _portable(raw_grid)
         out.write_manifest(merged)
         if (run / "run.log").is_file():  # what each sitting printed, in order
             log = (dest / "run.log").read_text() if (dest / "run.log").is_file() else ""
             add = (run / "run.log").read_text()
+            if raw_grid and merged["grid_file"] != raw_grid:
+                add = add.replace(str(raw_grid), str(merged["grid_file"]))
             text = add if add.startswith(log) else log if add in log else log + add  # a resumed copy repeats the pack's log
             with atomic_path(dest / "run.log") as tmp:
                 tmp.write_text(text)
