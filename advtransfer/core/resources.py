@@ -49,3 +49,18 @@ def shipped_zoo_root() -> Path:
     """Folder of the weights and cards shipped with the project: ``zoo/<size>/`` (the converged
     zoo, trained once and committed so that a fresh clone attacks it at once)."""
     return data_root() / "zoo"
+
+
+def portable_path(path: str | Path | None) -> str | None:
+    """``path`` as committed records and packs may name it: relative to the project's checkout (or the
+    working folder) when inside it, else its file name alone, so no record names the folders of
+    the machine that ran it."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    for root in (source_root(), Path.cwd()):
+        if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
+            return p.resolve().relative_to(Path(root).resolve()).as_posix()
+    return p.name

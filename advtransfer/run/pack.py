@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..core.errors import UserError
+from ..core.resources import portable_path
 from ..core.utils import CHECKSUM_SUFFIX, atomic_path, checksum_matches, sha256_file
 from .store import RunStore
 
@@ -44,21 +45,6 @@ class Packed:
 def _spec_of(manifest: dict) -> dict:
     """The resolved grid values that make two run folders one run (the CLI's --set and -n applied)."""
     return {k: v for k, v in (manifest.get("spec") or {}).items() if k not in ("executor", "workers")}
-
-
-def _portable(path: str | None) -> str | None:
-    """A path as a pack may name it (a pack is meant to be copied and committed): relative to the
-    checkout or the working folder when inside one, ``grids/<file>`` for a grid file elsewhere,
-    else the file name alone; so no pack names the folders of the machine that ran it."""
-    from ..core.resources import source_root
-
-    if not path or not Path(path).is_absolute():
-        return path
-    p = Path(path)
-    for root in (source_root(), Path.cwd()):
-        if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
-            return p.resolve().relative_to(Path(root).resolve()).as_posix()
-    return f"{p.parent.name}/{p.name}" if p.parent.name == "grids" else p.name
 
 
 def _copy_checked(src: Path, dst: Path) -> None:
@@ -160,7 +146,7 @@ def pack_run(run: str | Path, dest: str | Path) -> Packed:
                              "cells": len(cells), "finished": bool(manifest.get("finished_at"))}]
         merged["updated_at"] = now
         raw_grid = manifest.get("grid_file")
-        merged["grid_file"] = _portable(raw_grid)
+        merged["grid_file"] = portable_path(raw_grid)
         out.write_manifest(merged)
         if (run / "run.log").is_file():  # what each sitting printed, in order
             log = (dest / "run.log").read_text() if (dest / "run.log").is_file() else ""

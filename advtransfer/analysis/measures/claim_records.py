@@ -30,6 +30,7 @@ from typing import Callable
 import pandas as pd
 
 from ...core.errors import UserError
+from ...core.resources import portable_path
 from ...core.utils import atomic_path, atomic_write_text
 from ..runs import read_results
 from .claims import STANDARD, ClaimsSpec, claim_rows, grid_name, whitebox_cells
@@ -82,23 +83,6 @@ def claim_cells(spec: ClaimsSpec, size: str, grid: str, df: pd.DataFrame, regime
         a, b, _ = claim_rows(df, c)
         cells |= set(a["cell_id"]) | set(b["cell_id"])
     return cells
-
-
-def portable_path(path: str | Path | None) -> str | None:
-    """``path`` as committed records may name it: relative to the project's checkout (or the
-    working folder) when inside it, else its file name alone, so no record names the folders of
-    the machine that ran it."""
-    from ...core.resources import source_root
-
-    if path is None:
-        return None
-    p = Path(path)
-    if not p.is_absolute():
-        return p.as_posix()
-    for root in (source_root(), Path.cwd()):
-        if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
-            return p.resolve().relative_to(Path(root).resolve()).as_posix()
-    return p.name
 
 
 def _source(manifest: dict, run: Path) -> dict:
