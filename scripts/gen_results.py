@@ -60,7 +60,7 @@ def _figure(g: pd.DataFrame, sizes: tuple[str, ...], out: Path) -> bool:
             ax.plot([100 * float(r[f"{s}_rep_min"]), 100 * float(r[f"{s}_rep_max"])], [k + 0.22] * 2, "|-",
                     color="0.55", lw=1, ms=6)
     ax.axvline(0, color="0.3", ls="--", lw=1)
-    ax.set_yticks(range(len(have)), [f"{s} zoo · {r['regime']}" + (" (paper)" if r.get("paper_regime") else "")
+    ax.set_yticks(range(len(have)), [f"{s} zoo · {r['regime']} · {r['eps']}" + (" (paper)" if r.get("paper_regime") else "")
                                      for s, r in have], fontsize=9)
     ax.set_ylim(len(have) - 0.4, -0.6)
     ax.set_xlabel("A − B, ASR points (95% interval; grey: range over replicates)", fontsize=8.5)
