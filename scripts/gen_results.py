@@ -86,6 +86,14 @@ def _regime_rows(r: pd.Series, s: str) -> list[tuple[str, str]]:
                      f"{_pts(d)} points [{_pts(r[f'{s}_all_ci_low'])}, {_pts(r[f'{s}_all_ci_high'])}]; ASR "
                      f"{100 * float(r[f'{s}_all_asr_a']):.1f}% / {100 * float(r[f'{s}_all_asr_b']):.1f}% over "
                      f"{int(r[f'{s}_all_n_pairs']):,} pairs"))
+    if r.get("by") == "whitebox" and not pd.isna(r.get(f"{s}_eps_matched")):
+        lad, atk = ("B", "A") if r.get(f"{s}_ladder_side") == "b" else ("A", "B")
+        out = r.get(f"{s}_surrogates_unmatched")
+        rows.append((f"{lad} matched to {atk}'s white-box success",
+                     f"{atk}'s white-box ASR {100 * float(r[f'{s}_whitebox_attack']):.1f}%, reached on {lad}'s ladder at "
+                     f"{255 * float(r[f'{s}_eps_matched']):.1f}/255 on average over "
+                     f"{int(r[f'{s}_n_surrogates'])} surrogates"
+                     + (f"; left out (white-box level outside the ladder): {out}" if isinstance(out, str) and out else "")))
     if r.get("by") == "victim":
         rows.append(("clean accuracy of A / B", f"{100 * float(r[f'{s}_clean_a']):.1f}% / "
                                                 f"{100 * float(r[f'{s}_clean_b']):.1f}%"))

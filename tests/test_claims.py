@@ -509,6 +509,10 @@ def test_a_surrogate_beyond_its_ladder_is_left_out_and_named(tmp_path):
     assert r["cpu_diff"] == pytest.approx(0.3) and r["cpu_n_surrogates"] == 1
     assert r["cpu_surrogates_unmatched"] == "densenet_b"
     assert "left out, white-box level outside the ladder: densenet_b" in format_claims(df, spec.sizes)
+    # a regime other than the standard one gets one phrase in the table: it names the left-out too
+    other = format_claims(pd.concat([df, df.assign(regime="eps16", eps="16/255")]), spec.sizes)
+    assert "other regimes: eps16 (16/255): " in other
+    assert other.split("other regimes: eps16")[1].count("left out, white-box level outside the ladder: densenet_b") == 1
 
 
 def test_a_whitebox_claim_over_replicates_keeps_siblings_out_and_gives_their_range(tmp_path):

@@ -57,6 +57,9 @@ def test_the_site_builds_strictly_with_generated_reference(tmp_path):
         assert f"(claims/{cid}.md)" in index and (tmp_path / "docs" / "results" / "claims" / f"{cid}.md").is_file()
     assert (tmp_path / "docs" / "results" / "claims" / "lgv.png").stat().st_size > 5000
     assert "holds (+" in index  # verdicts with their differences, recomputed from the records
+    # a claim at equal white-box success says, per regime, where the baseline was matched
+    wb = (tmp_path / "docs" / "results" / "claims" / "repr_space_wb.md").read_text()
+    assert wb.count("matched to B's white-box success |") == wb.count("| verdict |") > 0
     # the default grid's matrices: one image and one table per radius, from results/default-grid
     grid_page = (tmp_path / "docs" / "results" / "default-grid.md").read_text()
     for eps in ("4-255", "8-255"):

@@ -812,8 +812,10 @@ def _short(r: pd.Series, s: str) -> str:
         note = str(r.get(f"{s}_note", ""))
         return "not run" if note.startswith("not run") else "not measured"
     same = r.get(f"{s}_same_as")
+    out = r.get(f"{s}_surrogates_unmatched") if f"{s}_surrogates_unmatched" in r else None
     return (f"{r[f'{s}_verdict']} {_pts(r[f'{s}_diff'])} [{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}]"
             + (" (paper's regime)" if r.get("paper_regime") else "")
+            + (f" (left out, white-box level outside the ladder: {out})" if isinstance(out, str) and out else "")
             + (f" (the same per-image outcomes as {same}: not counted in the label)" if isinstance(same, str) and same else ""))
 
 
