@@ -9,6 +9,8 @@
 #   make claims-runs SIZE=cpu|converged [GRIDS="attack-families input-transforms@eps16 ..."]   run what the claims need
 #   make claims-pack SIZE=...   pack the unfinished claims runs without their examples into claims/partial/ (commit:
 #                 the next make claims-runs, on any clone, resumes them)
+#   DEADLINE=2026-12-08T00:40 (or 90m) on grid and claims-runs: start no cell that would end after it (a clock
+#                 time holds for every grid of claims-runs, a duration for each); a run stopped early exits 75
 #   make claims   keep their per-image records in claims/records/ and tabulate them (into docs/claims.md)
 #   make docs     the documentation site (docs/, mkdocs.yml) built with mkdocs --strict into site/
 PYTHON ?= python3
@@ -50,7 +52,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 grid: $(STAMP)
-	$(BIN)/advtransfer grid $(GRID) $(if $(ATTACK),--attack $(ATTACK))
+	$(BIN)/advtransfer grid $(GRID) $(if $(ATTACK),--attack $(ATTACK)) $(if $(DEADLINE),--deadline '$(DEADLINE)')
 
 zoo: $(STAMP)
 	$(BIN)/advtransfer zoo train --size $(SIZE)
@@ -120,7 +122,7 @@ claims-runs: $(STAMP)
 	  if [ ! -e "$(CLAIMS_RUNS)/$(SIZE)/$$name" ] && [ -f "$(PARTIAL)/$(SIZE)/$$name/manifest.json" ]; then \
 	    mkdir -p "$(CLAIMS_RUNS)/$(SIZE)" && cp -R "$(PARTIAL)/$(SIZE)/$$name" "$(CLAIMS_RUNS)/$(SIZE)/$$name" || exit 1; \
 	    echo "$$name: resuming from the pack $(PARTIAL)/$(SIZE)/$$name"; fi; \
-	  eval "$(BIN)/advtransfer grid -n $(CLAIMS_N) $$args --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot" \
+	  eval "$(BIN)/advtransfer grid -n $(CLAIMS_N) $$args --size $(SIZE) --out $(CLAIMS_RUNS)/$(SIZE)/$$name --no-plot $(if $(DEADLINE),--deadline '$(DEADLINE)')" \
 	    </dev/null || failed="$$failed $$name"; \
 	done < "$$list"; rm -f "$$list"; \
 	test -z "$$failed" || { echo "runs that did not finish at size $(SIZE):$$failed"; exit 1; }

@@ -8,7 +8,8 @@ The run commands (grid, zoo, plot, attacks, pas, layers) come first, then the an
 which run a measure (writing its tables) or the report on a run folder.
 
 Bad input (unknown names, malformed files, missing data) prints one line starting with
-``advtransfer: error:`` and exits with code 2.
+``advtransfer: error:`` and exits with code 2. A grid run that stops before its ``--deadline``
+exits with 75 (:data:`DEADLINE_EXIT`), one interrupted by Ctrl-C or SIGTERM with 130 or 143.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from . import (attacks, claims, compare, distortion, dumb, golden, grid, knowled
                pas, plot, report, whitebox_match, zoo)
 from ..core.config import ENVIRONMENT
 from ..core.errors import UserError
+from ..run.deadline import DeadlineReached
 from ..run.executors import CellsFailed
 
 # command name -> module, in the order `advtransfer --help` lists them
@@ -62,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: exit status of a run that stopped before its --deadline (sysexits' EX_TEMPFAIL: try again later)
+DEADLINE_EXIT = 75
+
+
 def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
@@ -96,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cid, err in exc.failures.items():
             print(f"  cell {cid}: {err}", file=sys.stderr)
         return 1
+    except DeadlineReached as exc:  # not a failure: the run stopped at a cell boundary, as asked
+        print(f"advtransfer: {exc}; the finished cells are saved: rerun with a later --deadline (or none) "
+              "to go on", file=sys.stderr)
+        return DEADLINE_EXIT
     except KeyboardInterrupt as exc:
         what = "SIGTERM" if str(exc) == "SIGTERM" else "interrupted"
         import shlex

@@ -35,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                        "victims are always evaluated in fp32; default: the grid's precision key")
     g.add_argument("--compile", help="off (default) or auto: compile each single surrogate where a short timing at "
                                      "the start of the run finds it faster (recorded in the row); default: the grid's key")
+    g.add_argument("--deadline", metavar="WHEN",
+                   help="start no cell that, at the speed this run measures, would end after WHEN: a duration "
+                        "from now (90m, 2h30m, 45s) or a clock time (ISO 8601: 2026-12-08T00:40, local time "
+                        "unless it names a zone). The cell running then finishes, missing models are trained "
+                        "first regardless; a run that stops early keeps its finished cells and exits with 75 "
+                        "(rerun with a later deadline, or none, to go on). Serial executor only")
     g.add_argument("--dry-run", action="store_true",
                    help="check everything, then list the cells (cached or not), the models to train and each "
                         "cell's cost in passes; train and write nothing")
@@ -53,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
         size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
         workers=args.workers, plugins=_with_cli_plugins(spec.plugins, args))
     # the run's folder, cache, data, device and profile, made once here and passed down as one value
+    deadline = None
+    if args.deadline is not None:
+        from ..run.deadline import parse_deadline
+
+        deadline = parse_deadline(args.deadline)
     ctx = RunContext(run_dir_for(spec, args.out), args.cache_dir, args.data_dir, device,
-                     progress=not args.no_progress, profile=args.profile)
+                     progress=not args.no_progress, profile=args.profile, deadline=deadline)
     if args.dry_run:
         return _print_plan(spec, ctx)
     run_dir = run_grid(spec, ctx)  # runs the preflight before any training or writing

@@ -29,7 +29,9 @@ class RunContext:
     ``$ADVTRANSFER_DATA``, else a download). ``device``: the torch device the cells run on.
     ``threads``: torch CPU threads of the process running cells (None: the process keeps its own
     count; workers get theirs from the executor). ``progress``: draw progress bars. ``profile``:
-    the submitit executor's YAML file of cluster parameters (None for the other executors)."""
+    the submitit executor's YAML file of cluster parameters (None for the other executors).
+    ``deadline``: seconds since the epoch after which no cell should still be running (None: no
+    limit; the serial executor keeps it, :mod:`advtransfer.run.deadline`)."""
 
     run_dir: Path
     cache: str | os.PathLike | None = None
@@ -38,6 +40,7 @@ class RunContext:
     threads: int | None = None
     progress: bool = True
     profile: str | None = None
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run_dir", Path(self.run_dir))

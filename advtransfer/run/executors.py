@@ -63,6 +63,11 @@ class Outcome:
     worker: str = ""
 
 
+def _now() -> float:
+    """Wall-clock seconds since the epoch (the deadline's clock; tests replace it)."""
+    return time.time()
+
+
 def check_executor_setup(executor: str, profile: str | None) -> None:
     """What running with ``executor`` needs besides the grid's own values (which
     :meth:`advtransfer.grid.GridSpec.validate` checks): submitit's profile file and package; no
@@ -174,7 +179,9 @@ def run_cells(runner: "CellRunner", log: Callable[[str], None] = print) -> None:
     """Run every cell of ``runner.cells`` with the grid's executor (``runner.spec.executor``, its
     ``workers``; submitit's profile: ``runner.ctx.profile``); the caller merges the table.
 
-    ``serial`` raises a cell's exception at once (as a single process always did); ``local`` and
+    ``serial`` keeps the context's ``deadline`` (:mod:`advtransfer.run.deadline`: no cell is
+    started that would end after it; :class:`~advtransfer.run.deadline.DeadlineReached` then) and
+    raises a cell's exception at once (as a single process always did); ``local`` and
     ``submitit`` report a failing cell, retry it once after the others, and raise
     :class:`CellsFailed` for cells that failed twice."""
     from tqdm.auto import tqdm
@@ -183,12 +190,24 @@ def run_cells(runner: "CellRunner", log: Callable[[str], None] = print) -> None:
     executor = runner.spec.executor
     if executor == "serial":
         from ..grid import describe
+        from .deadline import DeadlineClock, DeadlineReached, cell_work
 
+        clock = DeadlineClock(runner.ctx.deadline) if runner.ctx.deadline is not None else None
+        ran = 0
         bar = tqdm(cells, desc=f"grid {runner.spec.name}", unit="cell", disable=not runner.progress)
         try:
-            for cell in bar:
+            for i, cell in enumerate(bar):
                 bar.set_postfix_str(describe(cell), refresh=False)
+                if clock is None:
+                    runner.run(cell)
+                    continue
+                work, start = cell_work(runner, cell), _now()
+                if not clock.allows(work, start):
+                    left = [w for w in (cell_work(runner, c) for c in cells[i:]) if w > 0]
+                    raise DeadlineReached(clock.at, ran, len(left), clock.estimate(sum(left)))
                 runner.run(cell)
+                clock.record(work, _now() - start)
+                ran += work > 0
         finally:
             bar.close()
         return

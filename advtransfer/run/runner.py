@@ -13,6 +13,7 @@ import pandas as pd
 from ..core import faults
 from .cellrunner import CellRunner, RunLog
 from .context import RunContext
+from .deadline import DeadlineReached
 from ..core.errors import UserError
 from ..grid import GridSpec, expand_cells
 from ..models import zoo
@@ -96,6 +97,9 @@ def _run_logged(spec: GridSpec, ctx: RunContext, log: Callable[[str], None]) -> 
         _run_locked(spec, ctx, runlog)
     except KeyboardInterrupt:
         runlog.write("run interrupted: finished cells are saved; rerun the same command to resume")
+        raise
+    except DeadlineReached as exc:
+        runlog.write(f"run {exc}; finished cells are saved; rerun with a later deadline (or none) to go on")
         raise
     except BaseException as exc:
         runlog.write(f"run failed: {type(exc).__name__}: {exc}")

@@ -122,6 +122,7 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     profile)."""
     from ..core.accel import check_precision
     from ..data import load_dataset
+    from .deadline import check_deadline
     from .executors import check_executor_setup
     from ..grid import expand_cells
     from ..models import zoo
@@ -130,6 +131,7 @@ def preflight(spec: "GridSpec", ctx: "RunContext") -> None:
     check_device(ctx.device)
     check_precision(spec.precision, ctx.device)
     check_executor_setup(spec.executor, ctx.profile)
+    check_deadline(ctx.deadline, spec.executor)
     check_run_dir(ctx.run_dir)
     ds = load_dataset(spec.dataset, spec.split, ctx.data_dir)
     check_split(ds, spec.n, spec.start, spec.source)
