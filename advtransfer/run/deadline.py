@@ -36,9 +36,10 @@ _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\
 
 
 def parse_deadline(text: str, now: float | None = None) -> float:
-    """The deadline ``text`` names, in seconds since the epoch: a duration from ``now`` (``90m``,
-    ``2h30m``, ``1.5h``, ``45s``) or a clock time in ISO 8601 (``2026-12-08T00:40``, local time
-    unless it names a zone: ``2026-12-08T00:40+00:00``). One-line :class:`UserError` otherwise."""
+    """The deadline ``text`` names, in seconds since the epoch: a duration from ``now`` (hours,
+    minutes and seconds written ``<h>h<m>m<s>s``, each part optional and decimals allowed, ``min``
+    for ``m``) or a clock time in ISO 8601 (``2026-12-08T00:40``, local time unless it names a
+    zone: ``2026-12-08T00:40+00:00``). One-line :class:`UserError` otherwise."""
     now = time.time() if now is None else now
     s = str(text).strip().lower().replace(" ", "")
     m = _DURATION.match(s)
