@@ -58,12 +58,12 @@ def run(args: argparse.Namespace) -> int:
     spec = spec.with_overrides(
         size=args.size, n=args.n, precision=args.precision, compile=args.compile, executor=args.executor,
         workers=args.workers, plugins=_with_cli_plugins(spec.plugins, args))
-    # the run's folder, cache, data, device and profile, made once here and passed down as one value
     deadline = None
     if args.deadline is not None:
         from ..run.deadline import parse_deadline
 
-        deadline = parse_deadline(args.deadline)
+        deadline = parse_deadline(args.deadline)  # seconds since the epoch; one line when unreadable
+    # the run's folder, cache, data, device, profile and deadline, made once here and passed down as one value
     ctx = RunContext(run_dir_for(spec, args.out), args.cache_dir, args.data_dir, device,
                      progress=not args.no_progress, profile=args.profile, deadline=deadline)
     if args.dry_run:
