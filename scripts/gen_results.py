@@ -72,6 +72,8 @@ def _figure(g: pd.DataFrame, sizes: tuple[str, ...], out: Path) -> bool:
 
 
 def _regime_rows(r: pd.Series, s: str) -> list[tuple[str, str]]:
+    from advtransfer.analysis.measures.claims import matched_note
+
     reps = int(r.get(f"{s}_n_replicates", 1) or 1)
     rows = [("verdict", f"**{r[f'{s}_verdict']}**"),
             ("A − B", f"{_pts(r[f'{s}_diff'])} points [{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}] (95%)"),
@@ -86,14 +88,10 @@ def _regime_rows(r: pd.Series, s: str) -> list[tuple[str, str]]:
                      f"{_pts(d)} points [{_pts(r[f'{s}_all_ci_low'])}, {_pts(r[f'{s}_all_ci_high'])}]; ASR "
                      f"{100 * float(r[f'{s}_all_asr_a']):.1f}% / {100 * float(r[f'{s}_all_asr_b']):.1f}% over "
                      f"{int(r[f'{s}_all_n_pairs']):,} pairs"))
-    if r.get("by") == "whitebox" and not pd.isna(r.get(f"{s}_eps_matched")):
-        lad, atk = ("B", "A") if r.get(f"{s}_ladder_side") == "b" else ("A", "B")
-        out = r.get(f"{s}_surrogates_unmatched")
-        rows.append((f"{lad} matched to {atk}'s white-box success",
-                     f"{atk}'s white-box ASR {100 * float(r[f'{s}_whitebox_attack']):.1f}%, reached on {lad}'s ladder at "
-                     f"{255 * float(r[f'{s}_eps_matched']):.1f}/255 on average over "
-                     f"{int(r[f'{s}_n_surrogates'])} surrogates"
-                     + (f"; left out (white-box level outside the ladder): {out}" if isinstance(out, str) and out else "")))
+    note = matched_note(r, s)  # the claims table's words for a by: whitebox row: "B read off its ladder at ..."
+    if note:
+        lad = note[0]
+        rows.append((f"{lad} matched to {'A' if lad == 'B' else 'B'}'s white-box success", note))
     if r.get("by") == "victim":
         rows.append(("clean accuracy of A / B", f"{100 * float(r[f'{s}_clean_a']):.1f}% / "
                                                 f"{100 * float(r[f'{s}_clean_b']):.1f}%"))

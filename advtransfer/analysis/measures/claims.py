@@ -764,16 +764,21 @@ def _count(n: float, noun: str) -> str:
     return f"{int(n)} {noun}" + ("" if int(n) == 1 else "s")
 
 
-def _matched_note(r: pd.Series, s: str) -> str:
-    """For a ``by: whitebox`` row: the white-box level the baseline was matched at, and where on its ladder."""
+def matched_note(r: pd.Series, s: str) -> str:
+    """For a ``by: whitebox`` row of the claims table at size ``s``: the white-box level the baseline
+    was matched at, where on its ladder, and the surrogates left out ("" for other rows)."""
     e = r.get(f"{s}_eps_matched")
     if e is None or pd.isna(e):
         return ""
     lad, atk = ("B", "A") if r.get(f"{s}_ladder_side") == "b" else ("A", "B")
-    out = r.get(f"{s}_surrogates_unmatched") or ""
-    return (f"; {lad} read off its ladder at {atk}'s white-box ASR {100 * r[f'{s}_whitebox_attack']:.1f}% "
-            f"(mean matched eps {255 * e:.1f}/255, {int(r[f'{s}_n_surrogates'])} surrogates"
-            + (f"; left out, white-box level outside the ladder: {out}" if out else "") + ")")
+    return (f"{lad} read off its ladder at {atk}'s white-box ASR {100 * r[f'{s}_whitebox_attack']:.1f}% "
+            f"(mean matched eps {255 * e:.1f}/255, {int(r[f'{s}_n_surrogates'])} surrogates{_left_out(r, s, '; ')})")
+
+
+def _left_out(r: pd.Series, s: str, sep: str) -> str:
+    """``sep`` and the surrogates a ``by: whitebox`` row left out, or "" when none was."""
+    out = r.get(f"{s}_surrogates_unmatched") if f"{s}_surrogates_unmatched" in r else None
+    return f"{sep}left out, white-box level outside the ladder: {out}" if isinstance(out, str) and out else ""
 
 
 def _cell(r: pd.Series, s: str) -> str:
@@ -792,7 +797,7 @@ def _cell(r: pd.Series, s: str) -> str:
     same = r.get(f"{s}_same_as")
     return head + (f"ASR {100 * r[f'{s}_asr_a']:.1f}% vs {100 * r[f'{s}_asr_b']:.1f}% over "
                    f"{int(r[f'{s}_n_victims'])} victims; grad evals/image {r[f'{s}_grad_evals_a']:.0f} vs "
-                   f"{r[f'{s}_grad_evals_b']:.0f}{_matched_note(r, s)}{_all_note(r, s)}"
+                   f"{r[f'{s}_grad_evals_b']:.0f}{'; ' + matched_note(r, s) if matched_note(r, s) else ''}{_all_note(r, s)}"
                    + (f"; the same per-image outcomes as regime {same} (not counted in the label)"
                       if isinstance(same, str) and same else ""))
 
@@ -812,10 +817,10 @@ def _short(r: pd.Series, s: str) -> str:
         note = str(r.get(f"{s}_note", ""))
         return "not run" if note.startswith("not run") else "not measured"
     same = r.get(f"{s}_same_as")
-    out = r.get(f"{s}_surrogates_unmatched") if f"{s}_surrogates_unmatched" in r else None
+    out = _left_out(r, s, "")
     return (f"{r[f'{s}_verdict']} {_pts(r[f'{s}_diff'])} [{_pts(r[f'{s}_ci_low'])}, {_pts(r[f'{s}_ci_high'])}]"
             + (" (paper's regime)" if r.get("paper_regime") else "")
-            + (f" (left out, white-box level outside the ladder: {out})" if isinstance(out, str) and out else "")
+            + (f" ({out})" if out else "")
             + (f" (the same per-image outcomes as {same}: not counted in the label)" if isinstance(same, str) and same else ""))
 
 
